@@ -1,0 +1,136 @@
+"""The generation loop at step granularity.
+
+Each native step emits 1..n_draft+1 tokens; this loop turns them into text,
+stops on end-of-generation, stop strings, max_tokens or a full context, and
+clamps the draft so that no token past max_tokens is ever sampled.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ..errors import ContextOverflowError, PymtpError
+from .._native import llama as L
+from .runtime import Runtime
+from .sampling import SamplerChain, SamplingParams
+from .stats import Stats
+from .text import TextAssembler
+
+
+@dataclass
+class Completion:
+    text: str
+    tokens: list[int]
+    finish_reason: str  # eos | stop | length | context | cancelled
+    stats: Stats
+    prompt_tokens: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "tokens": self.tokens, "finish_reason": self.finish_reason,
+                "stats": self.stats.to_dict()}
+
+
+class Generation:
+    """Iterating yields text deltas; afterwards ``result`` holds the Completion."""
+
+    def __init__(self, rt: Runtime, prompt: list[int], sampling: SamplingParams, max_tokens: int,
+                 stop: list[str] | None, n_draft: int) -> None:
+        self.rt = rt
+        self.prompt = prompt
+        self.sampling = sampling
+        self.max_tokens = max_tokens
+        self.stop = stop
+        self.n_draft = n_draft
+        self.result: Completion | None = None
+        self._cancelled = False
+        self._iter = self._run()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._iter)
+
+    def run_to_end(self) -> Completion:
+        for _ in self._iter:
+            pass
+        assert self.result is not None
+        return self.result
+
+    def _run(self) -> Iterator[str]:
+        rt, lib = self.rt, self.rt.lib
+        if len(self.prompt) >= rt.n_ctx:
+            raise ContextOverflowError(
+                f"prompt is {len(self.prompt)} tokens but the context holds {rt.n_ctx}; "
+                "shorten the prompt or raise n_ctx (--ctx)")
+        lib.llama_mtp_reset_stats(rt.engine)
+        arr = (L.llama_token * len(self.prompt))(*self.prompt)
+        rc = lib.llama_mtp_prefill(rt.engine, arr, len(self.prompt))
+        if rc != L.MTP_OK:
+            raise PymtpError(f"prompt processing failed (engine status {rc}): {L.last_log_lines()}")
+
+        text = TextAssembler(self.stop)
+        tokens: list[int] = []
+        out = (L.llama_token * (L.MTP_MAX_DRAFT + 1))()
+        finish = "length"
+        t0 = time.perf_counter()
+        try:
+            with SamplerChain(self.sampling, rt.n_vocab) as chain:
+                while len(tokens) < self.max_tokens:
+                    if self._cancelled:
+                        finish = "cancelled"
+                        break
+                    # never sample past max_tokens: the sampler state must match a run without MTP
+                    k = min(self.n_draft, self.max_tokens - len(tokens) - 1)
+                    n = lib.llama_mtp_step(rt.engine, chain.handle, k, out, len(out))
+                    if n == L.MTP_ERR_CTX_FULL:
+                        finish = "context"
+                        break
+                    if n < 0:
+                        raise PymtpError(f"generation step failed (engine status {n}): {L.last_log_lines()}")
+                    delta, finish = self._consume(out[:n], tokens, text)
+                    if delta:
+                        yield delta
+                    if finish:
+                        break
+                else:
+                    finish = "length"
+        except KeyboardInterrupt:
+            # Ctrl-C between or inside steps: every step is atomic in the engine, so the
+            # partial result is consistent; keep it for the caller, then let the interrupt through
+            self._finish(text, tokens, "cancelled", t0)
+            raise
+        tail = self._finish(text, tokens, finish or "length", t0)
+        if tail:
+            yield tail
+
+    def _finish(self, text: TextAssembler, tokens: list[int], finish: str, t0: float) -> str:
+        gen_ms = (time.perf_counter() - t0) * 1000.0
+        tail = text.finish()
+        self.result = Completion(text=text.text, tokens=tokens, finish_reason=finish,
+                                 stats=self._stats(gen_ms), prompt_tokens=list(self.prompt))
+        return tail
+
+    def _consume(self, emitted: list[int], tokens: list[int], text: TextAssembler) -> tuple[str, str | None]:
+        delta = []
+        for tok in emitted:
+            if self.rt.is_eog(tok):
+                return "".join(delta), "eos"
+            tokens.append(tok)
+            delta.append(text.feed(self.rt.token_piece(tok)))
+            if text.stopped:
+                return "".join(delta), "stop"
+            if len(tokens) >= self.max_tokens:
+                return "".join(delta), "length"
+        return "".join(delta), None
+
+    def _stats(self, gen_ms: float) -> Stats:
+        raw = L.llama_mtp_stats()
+        self.rt.lib.llama_mtp_get_stats(self.rt.engine, C.byref(raw))
+        return Stats.from_native(raw, mtp=self.rt.ctx_mtp is not None, n_draft=self.n_draft, generate_ms=gen_ms)

@@ -1,0 +1,86 @@
+"""Per-generation statistics, derived from the native engine's counters.
+
+The keys of ``Stats.to_dict()`` are a stable interface (scripts and
+benchmarks read them): n_prompt, n_generated, n_drafted, n_accepted,
+accept_per_position, mean_accepted_length, tokens_per_second, ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Stats:
+    mtp: bool = False
+    n_draft: int = 0
+    n_prompt: int = 0
+    n_reused: int = 0
+    n_generated: int = 0
+    n_steps: int = 0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    n_draft_decodes: int = 0
+    prefill_ms: float = 0.0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    sample_ms: float = 0.0
+    catchup_ms: float = 0.0
+    generate_ms: float = 0.0  # wall time from the first step to the last token
+
+    @classmethod
+    def from_native(cls, s, *, mtp: bool, n_draft: int, generate_ms: float) -> "Stats":
+        n_pos = max((i + 1 for i in range(len(s.drafted_per_pos)) if s.drafted_per_pos[i]), default=0)
+        return cls(
+            mtp=mtp, n_draft=n_draft,
+            n_prompt=s.n_prompt, n_reused=s.n_reused, n_generated=s.n_generated, n_steps=s.n_steps,
+            n_drafted=s.n_drafted, n_accepted=s.n_accepted,
+            drafted_per_position=[int(s.drafted_per_pos[i]) for i in range(n_pos)],
+            accepted_per_position=[int(s.accepted_per_pos[i]) for i in range(n_pos)],
+            n_draft_decodes=s.n_draft_decodes,
+            prefill_ms=s.t_prefill_ms, draft_ms=s.t_draft_ms, verify_ms=s.t_verify_ms,
+            sample_ms=s.t_sample_ms, catchup_ms=s.t_catchup_ms, generate_ms=generate_ms,
+        )
+
+    @property
+    def accept_per_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per target decode step (1 + accepted drafts per step)."""
+        return (self.n_accepted + self.n_steps) / self.n_steps if self.n_steps else 1.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.n_generated / (self.generate_ms / 1000.0) if self.generate_ms > 0 else 0.0
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        return self.n_prompt / (self.prefill_ms / 1000.0) if self.prefill_ms > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            accept_per_position=self.accept_per_position,
+            acceptance_rate=self.acceptance_rate,
+            mean_accepted_length=self.mean_accepted_length,
+            tokens_per_second=self.tokens_per_second,
+            prefill_tokens_per_second=self.prefill_tokens_per_second,
+        )
+        return d
+
+    def summary_line(self) -> str:
+        head = f"{self.n_generated} tokens, {self.tokens_per_second:.1f} tok/s, prefill {self.n_prompt} tok"
+        if not self.mtp:
+            return head + " | mtp off"
+        per_pos = " ".join(f"{r:.2f}" for r in self.accept_per_position) or "-"
+        return (f"{head} | mtp n_draft={self.n_draft}: accepted {self.n_accepted}/{self.n_drafted} "
+                f"({self.acceptance_rate:.0%}), per position [{per_pos}], "
+                f"mean accepted length {self.mean_accepted_length:.2f}")

@@ -1,0 +1,172 @@
+"""The Python API: ``pymtp.Model``.
+
+    with pymtp.Model("model.gguf", mtp="auto", n_draft=3) as m:
+        out = m.generate("The capital of France is", max_tokens=32)
+        print(out.text, out.stats.mean_accepted_length)
+        for piece in m.generate("Once upon a time", stream=True):
+            print(piece, end="")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .chat_template import render_chat
+from .engine.loop import Completion, Generation
+from .engine.runtime import Runtime, RuntimeConfig
+from .engine.sampling import SamplingParams
+from .engine.stats import Stats
+from .errors import InvalidArgumentError, PymtpError
+
+__all__ = ["Model", "Completion", "Stream", "Stats"]
+
+Stream = Generation
+
+
+class Model:
+    """A GGUF model with optional MTP speculative decoding.
+
+    mtp: "auto" uses the model's MTP layers when it has them, "on" requires
+    them (error otherwise), "off" never loads them. n_draft is the default
+    and the maximum number of draft tokens per step (0..16).
+    """
+
+    def __init__(self, path: str | Path | None = None, *, n_ctx: int = 4096, n_batch: int = 512,
+                 n_gpu_layers: int = 0, n_threads: int | None = None, mtp: str = "auto",
+                 n_draft: int = 3, verbose: bool = False) -> None:
+        from ._native import llama as L
+
+        L.set_verbose(verbose)
+        if path is None:
+            from .default_model import default_model_path
+            path = default_model_path()
+        self.path = Path(path)
+        cfg = RuntimeConfig(n_ctx=n_ctx, n_batch=n_batch, n_gpu_layers=n_gpu_layers,
+                            n_threads=n_threads, mtp=mtp, n_draft=n_draft)
+        self._rt: Runtime | None = Runtime(self.path, cfg)
+        self.n_draft = n_draft
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def rt(self) -> Runtime:
+        if self._rt is None:
+            raise PymtpError("the model is closed")
+        return self._rt
+
+    @property
+    def arch(self) -> str:
+        return self.rt.arch
+
+    @property
+    def n_ctx(self) -> int:
+        return self.rt.n_ctx
+
+    @property
+    def n_mtp_layers(self) -> int:
+        return self.rt.n_mtp_layers
+
+    @property
+    def mtp_enabled(self) -> bool:
+        return self.rt.ctx_mtp is not None
+
+    @property
+    def mtp_reason(self) -> str:
+        return self.rt.mtp_reason
+
+    # -- tokenizer & template ------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.rt.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, tokens) -> str:
+        return b"".join(self.rt.token_piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        return self.rt.chat_template()
+
+    def special_texts(self) -> tuple[str, str]:
+        """(BOS, EOS) token texts, "" where the vocabulary has none."""
+        rt = self.rt
+        ids = (rt.lib.llama_vocab_bos(rt.vocab), rt.lib.llama_vocab_eos(rt.vocab))
+        return tuple(rt.token_text(t) if t >= 0 else "" for t in ids)
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        bos, eos = self.special_texts()
+        return render_chat(self.chat_template(), messages, add_generation_prompt=add_generation_prompt,
+                           bos_token=bos, eos_token=eos)
+
+    def chat_tokens(self, messages: list[dict]) -> list[int]:
+        """Tokens of a conversation rendered with the model's chat template.
+
+        If the rendered text already starts with BOS (the template wrote it), it is
+        tokenized without adding another; otherwise the tokenizer adds BOS as the model asks.
+        """
+        bos, _ = self.special_texts()
+        text = self.render_chat(messages)
+        return self.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+
+    # -- generation ------------------------------------------------------------------
+
+    def generate(self, prompt: str | list[int], max_tokens: int = 256, temperature: float = 0.0,
+                 top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
+                 seed: int | None = None, stop: list[str] | str | None = None, stream: bool = False,
+                 n_draft: int | None = None):
+        """Generate a continuation of ``prompt`` (text, or token ids).
+
+        stream=False returns a Completion; stream=True returns a Stream that
+        yields text pieces and has ``.result`` once exhausted (``.cancel()``
+        stops it early).
+        """
+        gen = self._start(prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed,
+                          stop, n_draft)
+        return gen if stream else gen.run_to_end()
+
+    def chat(self, messages: list[dict], **kwargs):
+        """generate() on a conversation (list of {"role", "content"}) with the chat template."""
+        return self.generate(self.chat_tokens(messages), **kwargs)
+
+    def _start(self, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop,
+               n_draft) -> Generation:
+        rt = self.rt
+        if isinstance(stop, str):
+            stop = [stop]
+        if max_tokens < 1:
+            raise InvalidArgumentError(f"max_tokens must be >= 1, got {max_tokens}")
+        k = self.n_draft if n_draft is None else n_draft
+        if not 0 <= k <= self.n_draft:
+            raise InvalidArgumentError(
+                f"n_draft must be in 0..{self.n_draft} (the Model's n_draft is the maximum), got {k}")
+        sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                  repeat_penalty=repeat_penalty, seed=seed)
+        sampling.validate()
+        tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if not tokens:
+            raise InvalidArgumentError("the prompt is empty")
+        bad = [t for t in tokens if not 0 <= t < rt.n_vocab]
+        if bad:
+            raise InvalidArgumentError(f"token id {bad[0]} is outside the vocabulary (0..{rt.n_vocab - 1})")
+        return Generation(rt, tokens, sampling, max_tokens, stop, k if self.mtp_enabled else 0)
+
+    # -- lifetime --------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._rt is not None:
+            self._rt.close()
+            self._rt = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._rt is None else f"{self.arch}, mtp={'on' if self.mtp_enabled else 'off'}"
+        return f"Model({str(self.path)!r}, {state})"

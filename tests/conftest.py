@@ -1,0 +1,52 @@
+"""Shared fixtures: tiny random-weight GGUFs with MTP layers, made once per session.
+
+These need the native library (built by 'pip install .'); a missing library
+is an error, not a skip: CI must exercise the real engine.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pymtp.devtools.tiny_models import make_tiny_model
+
+# one single-head MoE arch, one hybrid recurrent arch, one multi-head arch
+ENGINE_ARCHS = ("glm4moe", "qwen35", "step35")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("tiny-models")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tiny_dir):
+    """tiny_model_path(arch, head="planted", n_nextn=None) -> path, cached per session."""
+    cache = {}
+
+    def get(arch: str, head: str = "planted", n_nextn: int | None = None):
+        key = (arch, head, n_nextn)
+        if key not in cache:
+            name = f"{arch}-{head}-{'d' if n_nextn is None else n_nextn}.gguf"
+            cache[key] = make_tiny_model(arch, tiny_dir / name, seed=1234, head=head, n_nextn=n_nextn)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="session", params=ENGINE_ARCHS)
+def arch(request):
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def model_pair(arch, tiny_model_path):
+    """(MTP-on model with n_draft 5, MTP-off model) on the same tiny GGUF."""
+    import pymtp
+
+    path = tiny_model_path(arch)
+    on = pymtp.Model(path, n_ctx=512, n_batch=64, n_threads=1, mtp="on", n_draft=5)
+    off = pymtp.Model(path, n_ctx=512, n_batch=64, n_threads=1, mtp="off")
+    yield on, off
+    on.close()
+    off.close()
