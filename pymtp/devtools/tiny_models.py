@@ -563,6 +563,8 @@ def make_tiny_model(arch: str, out_path, *, seed: int = 0, n_nextn: int | None =
         raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
     if head not in HEADS:
         raise ValueError(f"unknown head {head!r}; expected one of {HEADS}")
+    if int(seed) < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
     spec = _ARCHS[arch]
     n_nextn = spec.default_n_nextn if n_nextn is None else int(n_nextn)
     if not 0 <= n_nextn <= spec.max_n_nextn:
