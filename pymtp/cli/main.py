@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from pymtp.cli import chat, common, generate, info
+from pymtp.cli import bench, chat, common, generate, info
 from pymtp.errors import PymtpError
 
-SUBCOMMANDS = (info, generate, chat)
+SUBCOMMANDS = (info, generate, chat, bench)
 
 DESCRIPTION = """\
 pymtp: fast local text generation for GGUF models with multi-token prediction
@@ -22,7 +22,7 @@ DeepSeek-V3, Qwen3-Next, MiMo, ...) draft several tokens per step with them and
 verify the draft in one batch - same output, fewer forward passes.
 
 MODEL is a .gguf file; leave it out to use the built-in SmolLM2-135M-Instruct
-(downloaded once, ~100 MB, into $PYMTP_CACHE_DIR or ~/.cache/pymtp/models)."""
+(downloaded once, ~100 MB, into $PYMTP_CACHE_DIR/models or ~/.cache/pymtp/models)."""
 
 EPILOG = """\
 examples:

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks: MTP off vs on (several draft lengths), interleaved."""
