@@ -13,6 +13,8 @@ Commands (run from anywhere; paths are relative to the repository):
               commit per patch, so patches can be edited as commits
   export      write the commits after "pristine" back to patches/ (git format-patch)
   status      say what state vendor/llama.cpp is in
+  bundle OUT  write a trimmed tar.xz of the patched tree (CPU+CUDA backends, one test
+              vocab) for a machine without network; unpack it there into vendor/
 
 Environment: PYMTP_SDIST=path/to/llama_cpp_python-0.3.36.tar.gz uses a local copy;
 PYMTP_CACHE_DIR overrides the download cache (~/.cache/pymtp).
@@ -243,13 +245,48 @@ def status() -> None:
         print("no vendored tree yet (the build fetches it)")
 
 
+BUNDLE_DROP = tuple(f"llama.cpp/ggml/src/ggml-{b}" for b in (
+    "vulkan", "sycl", "opencl", "metal", "cann", "hexagon", "webgpu", "openvino", "et", "virtgpu",
+    "musa", "hip", "zdnn", "zendnn"))
+BUNDLE_KEEP_VOCAB = "ggml-vocab-deepseek-coder.gguf"
+
+
+def bundle(out: str) -> None:
+    """A trimmed, patched tree + stamp, for building where the registry is out of reach."""
+    if not VENDOR.is_dir():
+        raise VendorError("no vendor/llama.cpp yet: run 'python scripts/vendor.py ensure' first")
+    if is_dev_tree() and git("status", "--porcelain").strip():
+        raise VendorError("the dev tree has uncommitted changes: commit and export them first")
+
+    def keep(info: tarfile.TarInfo):
+        name = info.name
+        if "/.git" in name or name.startswith(BUNDLE_DROP):
+            return None
+        if name.startswith("llama.cpp/models/") and not name.endswith(BUNDLE_KEEP_VOCAB):
+            return None
+        return info
+
+    import io
+    with tarfile.open(out, "w:xz") as tar:
+        tar.add(VENDOR, arcname="llama.cpp", filter=keep)
+        stamp = (series_digest() + "\n").encode()
+        info = tarfile.TarInfo("llama.cpp.stamp")
+        info.size = len(stamp)
+        tar.addfile(info, io.BytesIO(stamp))
+    log(f"wrote {out} ({Path(out).stat().st_size / 1e6:.1f} MB); unpack with: tar xJf {out} -C vendor")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["ensure", "dev-init", "export", "status"])
+    ap.add_argument("command", choices=["ensure", "dev-init", "export", "status", "bundle"])
+    ap.add_argument("out", nargs="?", help="bundle: the .tar.xz to write")
     ap.add_argument("--force", action="store_true", help="ensure: rebuild the tree even if it looks current")
     args = ap.parse_args(argv)
     try:
-        {"ensure": lambda: ensure(args.force), "dev-init": dev_init, "export": export, "status": status}[args.command]()
+        if args.command == "bundle" and not args.out:
+            raise VendorError("bundle needs an output file, e.g. .dev/vendor.tar.xz")
+        {"ensure": lambda: ensure(args.force), "dev-init": dev_init, "export": export, "status": status,
+         "bundle": lambda: bundle(args.out)}[args.command]()
     except VendorError as e:
         print(f"[pymtp vendor] error: {e}", file=sys.stderr)
         return 1

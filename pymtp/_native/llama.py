@@ -100,6 +100,18 @@ class llama_context_params(C.Structure):
     ]
 
 
+class llama_batch(C.Structure):
+    _fields_ = [
+        ("n_tokens", C.c_int32),
+        ("token", C.POINTER(llama_token)),
+        ("embd", C.POINTER(C.c_float)),
+        ("pos", C.POINTER(llama_pos)),
+        ("n_seq_id", C.POINTER(C.c_int32)),
+        ("seq_id", C.POINTER(C.POINTER(llama_seq_id))),
+        ("logits", C.POINTER(C.c_int8)),
+    ]
+
+
 class llama_sampler_chain_params(C.Structure):
     _fields_ = [("no_perf", C.c_bool)]
 
@@ -144,6 +156,9 @@ _SIGNATURES = {
     "llama_init_from_model": (p_ctx, [p_model, llama_context_params]),
     "llama_free": (None, [p_ctx]),
     "llama_n_ctx": (C.c_uint32, [p_ctx]),
+    "llama_decode": (C.c_int32, [p_ctx, llama_batch]),
+    "llama_get_logits_ith": (C.POINTER(C.c_float), [p_ctx, C.c_int32]),
+    "llama_model_n_embd": (C.c_int32, [p_model]),
     "llama_n_batch": (C.c_uint32, [p_ctx]),
     "llama_n_rs_seq": (C.c_uint32, [p_ctx]),
     "llama_model_is_recurrent": (C.c_bool, [p_model]),
@@ -177,6 +192,7 @@ _SIGNATURES = {
     # patch 0001: MTP hooks in the C API
     "llama_set_embeddings_nextn": (None, [p_ctx, C.c_bool, C.c_bool]),
     "llama_set_nextn_layer_offset": (None, [p_ctx, C.c_int32]),
+    "llama_get_embeddings_nextn": (C.POINTER(C.c_float), [p_ctx]),
     "llama_get_embeddings_nextn_ith": (C.POINTER(C.c_float), [p_ctx, C.c_int32]),
     # patch 0002: the MTP engine
     "llama_mtp_default_params": (llama_mtp_params, []),
