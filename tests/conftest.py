@@ -6,7 +6,14 @@ is an error, not a skip: CI must exercise the real engine.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
+
+# The installed package does not carry llama.cpp's vocab files: point the tiny-model
+# generator at this checkout's vendored tree (filled by the build).
+os.environ.setdefault("PYMTP_LLAMA_CPP_DIR", str(Path(__file__).resolve().parent.parent / "vendor" / "llama.cpp"))
 
 from pymtp.devtools.tiny_models import make_tiny_model
 
