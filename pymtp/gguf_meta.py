@@ -41,6 +41,11 @@ MTP_ARCHS = frozenset({
     "qwen35moe",
     "mimo2",
     "step35",
+    # dense archs without native MTP: pymtp's DeepSeek-style MTP block (patch 0003)
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma3",
 })
 
 GGUF_MAGIC_BYTES = b"GGUF"

@@ -29,11 +29,16 @@ class Model:
     mtp: "auto" uses the model's MTP layers when it has them, "on" requires
     them (error otherwise), "off" never loads them. n_draft is the default
     and the maximum number of draft tokens per step (0..16).
+
+    mtp_head: a head-only GGUF holding the MTP layer(s) for a model that has
+    none (e.g. made by ``pymtp graft``). None: ``<model stem>.mtp.gguf`` next
+    to the model is used when it exists and the model has no MTP layers of its
+    own (``mtp_reason`` says so).
     """
 
     def __init__(self, path: str | Path | None = None, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_gpu_layers: int = 0, n_threads: int | None = None, mtp: str = "auto",
-                 n_draft: int = 3, verbose: bool = False) -> None:
+                 n_draft: int = 3, mtp_head: str | Path | None = None, verbose: bool = False) -> None:
         from ._native import llama as L
 
         L.set_verbose(verbose)
@@ -42,7 +47,8 @@ class Model:
             path = default_model_path()
         self.path = Path(path)
         cfg = RuntimeConfig(n_ctx=n_ctx, n_batch=n_batch, n_gpu_layers=n_gpu_layers,
-                            n_threads=n_threads, mtp=mtp, n_draft=n_draft)
+                            n_threads=n_threads, mtp=mtp, n_draft=n_draft,
+                            mtp_head=None if mtp_head is None else str(mtp_head))
         self._rt: Runtime | None = Runtime(self.path, cfg)
         self.n_draft = n_draft
 
@@ -73,6 +79,11 @@ class Model:
     @property
     def mtp_reason(self) -> str:
         return self.rt.mtp_reason
+
+    @property
+    def mtp_head(self) -> Path | None:
+        """The head-only GGUF the MTP layers were loaded from (None: none used)."""
+        return self.rt.mtp_head
 
     # -- tokenizer & template ------------------------------------------------------
 

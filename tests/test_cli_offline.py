@@ -97,12 +97,14 @@ class FakeModel:
     init_error = None
 
     def __init__(self, path=None, *, n_ctx=4096, n_batch=512, n_gpu_layers=0, n_threads=None,
-                 mtp="auto", n_draft=3, verbose=False):
+                 mtp="auto", n_draft=3, verbose=False, mtp_head=None):
         if FakeModel.init_error is not None:
             raise FakeModel.init_error
         self.path = Path(path)
         self.init_kwargs = dict(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads,
                                 mtp=mtp, n_draft=n_draft, verbose=verbose)
+        if mtp_head is not None:
+            self.init_kwargs["mtp_head"] = Path(mtp_head)
         self.arch = "llama"
         self.n_mtp_layers = 0
         self.mtp_enabled = False

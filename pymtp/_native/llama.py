@@ -55,6 +55,7 @@ class llama_model_params(C.Structure):
         ("no_host", C.c_bool),
         ("no_alloc", C.c_bool),
         ("load_mtp", C.c_bool),
+        ("mtp_head_path", C.c_char_p),   # patch 0004: head-only GGUF with the MTP layer(s), or None
     ]
 
 
@@ -159,6 +160,8 @@ _SIGNATURES = {
     "llama_decode": (C.c_int32, [p_ctx, llama_batch]),
     "llama_get_logits_ith": (C.POINTER(C.c_float), [p_ctx, C.c_int32]),
     "llama_model_n_embd": (C.c_int32, [p_model]),
+    "llama_get_memory": (C.c_void_p, [p_ctx]),
+    "llama_memory_seq_rm": (C.c_bool, [C.c_void_p, llama_seq_id, llama_pos, llama_pos]),
     "llama_n_batch": (C.c_uint32, [p_ctx]),
     "llama_n_rs_seq": (C.c_uint32, [p_ctx]),
     "llama_model_is_recurrent": (C.c_bool, [p_model]),
@@ -254,6 +257,11 @@ def _quiet_log(level: int, text: bytes, _ud) -> None:
 def set_verbose(value: bool) -> None:
     global _verbose
     _verbose = value
+
+
+def clear_log_tail() -> None:
+    """Forget the log lines kept so far (call before an operation whose failure last_log_lines explains)."""
+    del _log_tail[:]
 
 
 def last_log_lines(n: int = 6) -> str:

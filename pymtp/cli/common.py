@@ -39,6 +39,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mtp", choices=("auto", "on", "off"), default="auto",
                    help="multi-token prediction: auto = use it when the model has MTP layers, "
                         "on = fail if it has none, off = plain decoding (default: auto)")
+    g.add_argument("--mtp-head", default=None, metavar="FILE",
+                   help="head-only GGUF with the MTP layer(s) for a model that has none, e.g. made by "
+                        "`pymtp graft` (default: MODEL's <stem>.mtp.gguf when it exists)")
     g.add_argument("--n-draft", type=int, default=3, metavar="K",
                    help=f"tokens drafted per step by the MTP head, 0..{MAX_N_DRAFT} (default: 3)")
     g.add_argument("--ctx", type=int, default=4096, metavar="N",
@@ -112,6 +115,9 @@ def model_class():
 def load_model(args: argparse.Namespace):
     """Open the model named by ``args`` with the engine settings from the command line."""
     path = resolve_model_path(args.model)
+    kwargs = {}
+    if getattr(args, "mtp_head", None) is not None:
+        kwargs["mtp_head"] = Path(args.mtp_head)
     model = model_class()(
         path,
         n_ctx=args.ctx,
@@ -120,6 +126,7 @@ def load_model(args: argparse.Namespace):
         mtp=args.mtp,
         n_draft=args.n_draft,
         verbose=args.verbose,
+        **kwargs,
     )
     if args.mtp == "auto" and not model.mtp_enabled:
         print(f"pymtp: MTP off: {model.mtp_reason}", file=sys.stderr)

@@ -12,6 +12,7 @@ from ..errors import InvalidArgumentError, ModelFileError, ModelLoadError, MTPUn
 from .._native import llama as L
 
 GGUF_MAGIC = b"GGUF"
+SIDECAR_SUFFIX = ".mtp.gguf"   # <model stem>.mtp.gguf next to a model: its MTP head, found automatically
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class RuntimeConfig:
     n_threads: int | None = None
     mtp: str = "auto"          # auto | on | off
     n_draft: int = 3           # default and maximum draft length of this model instance
+    mtp_head: str | None = None  # head-only GGUF with the MTP layer(s); None: <model stem>.mtp.gguf if present
 
     def validate(self) -> None:
         if self.mtp not in ("auto", "on", "off"):
@@ -34,6 +36,30 @@ class RuntimeConfig:
             raise InvalidArgumentError(f"n_batch must be >= 1, got {self.n_batch}")
         if self.n_threads is not None and self.n_threads < 1:
             raise InvalidArgumentError(f"n_threads must be >= 1, got {self.n_threads}")
+
+
+def sidecar_path(model_path: Path) -> Path:
+    """Where a model's MTP head is looked for when none is given: ``<model stem>.mtp.gguf``."""
+    return model_path.with_name(model_path.stem + SIDECAR_SUFFIX)
+
+
+def _declares_mtp_layers(path: Path) -> bool | None:
+    """Whether the GGUF header of ``path`` declares MTP layers (None: header unreadable)."""
+    from ..gguf_meta import read_info
+
+    try:
+        return read_info(path).n_mtp_layers > 0
+    except Exception:  # a corrupt model is reported by llama.cpp's loader, not here
+        return None
+
+
+def _load_error(log: str) -> str:
+    """The loader's own message out of llama.cpp's log lines ("... error loading model: <message>")."""
+    for line in log.splitlines():
+        _, sep, message = line.partition("error loading model: ")
+        if sep:
+            return message
+    return log or "unknown error"
 
 
 def check_gguf_file(path: Path) -> None:
@@ -57,6 +83,8 @@ class Runtime:
         self.lib = L.lib()
         self.cfg = cfg
         self.model = self.ctx = self.ctx_mtp = self.engine = None
+        self.mtp_head: Path | None = None      # the head file in use
+        self._mtp_head_arg = None              # keeps the C string alive while llama.cpp loads
         try:
             self._load(path, cfg)
         except BaseException:
@@ -65,14 +93,53 @@ class Runtime:
 
     # -- loading -------------------------------------------------------------
 
-    def _load(self, path: Path, cfg: RuntimeConfig) -> None:
-        lib = self.lib
-        mparams = lib.llama_model_default_params()
+    def _find_head(self, path: Path, cfg: RuntimeConfig) -> tuple[Path | None, bool]:
+        """(head file, auto-detected) for this load; (None, False) when there is none to use."""
+        if cfg.mtp == "off":
+            return None, False
+        if cfg.mtp_head is not None:
+            head = Path(cfg.mtp_head).expanduser()
+            if not head.exists():
+                raise ModelFileError(f"MTP head file not found: {head}")
+            try:
+                check_gguf_file(head)
+            except ModelFileError as e:
+                raise ModelFileError(f"MTP head: {e}") from e
+            return head, False
+        head = sidecar_path(path)
+        if head.is_file() and head.resolve() != path.resolve() and _declares_mtp_layers(path) is False:
+            return head, True
+        return None, False
+
+    def _load_model(self, path: Path, cfg: RuntimeConfig, head: Path | None):
+        mparams = self.lib.llama_model_default_params()
         mparams.n_gpu_layers = cfg.n_gpu_layers
         mparams.load_mtp = cfg.mtp != "off"  # MTP layers are loaded only when they may be used
-        self.model = lib.llama_model_load_from_file(str(path).encode(), mparams)
+        self._mtp_head_arg = str(head).encode() if head is not None else None
+        mparams.mtp_head_path = self._mtp_head_arg
+        L.clear_log_tail()  # a failure is explained by this load's log lines only
+        return self.lib.llama_model_load_from_file(str(path).encode(), mparams)
+
+    def _load(self, path: Path, cfg: RuntimeConfig) -> None:
+        lib = self.lib
+        head, auto = self._find_head(path, cfg)
+        head_note = ""
+        self.model = self._load_model(path, cfg, head)
+        if not self.model and head is not None:
+            why = _load_error(L.last_log_lines())
+            if auto and cfg.mtp == "auto":
+                # a stale or foreign <stem>.mtp.gguf must not keep the model from loading
+                head_note = f"; MTP head {head.name} (found next to the model) ignored: {why}"
+                head = None
+                self.model = self._load_model(path, cfg, None)
+            else:
+                found = " (found next to the model; pass mtp='off' or remove it)" if auto else ""
+                raise ModelLoadError(f"llama.cpp could not load {path} with the MTP head {head}{found}: {why}")
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {path}: {L.last_log_lines() or 'unknown error'}")
+        self.mtp_head = head
+        if head is not None:
+            head_note = f"; MTP head from {head.name}" + (" (found next to the model)" if auto else "")
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
         self.n_mtp_layers = lib.llama_model_n_layer_nextn(self.model)
@@ -87,7 +154,7 @@ class Runtime:
                                  f"{L.last_log_lines() or 'out of memory?'}")
         self.n_ctx = lib.llama_n_ctx(self.ctx)
 
-        self.mtp_reason = self._open_mtp(threads)
+        self.mtp_reason = self._open_mtp(threads) + head_note
         params = lib.llama_mtp_default_params()
         params.n_draft = cfg.n_draft if self.ctx_mtp else 0
         params.n_batch = cfg.n_batch
