@@ -14,7 +14,7 @@ from pathlib import Path
 from .chat_template import render_chat
 from .engine.loop import Completion, Generation
 from .engine.runtime import Runtime, RuntimeConfig
-from .engine.sampling import SamplingParams
+from .engine.sampling import SamplingParams, resolve_draft_mode
 from .engine.stats import Stats
 from .errors import InvalidArgumentError, PymtpError
 
@@ -122,15 +122,21 @@ class Model:
     def generate(self, prompt: str | list[int], max_tokens: int = 256, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                  seed: int | None = None, stop: list[str] | str | None = None, stream: bool = False,
-                 n_draft: int | None = None):
+                 n_draft: int | None = None, draft: str = "auto"):
         """Generate a continuation of ``prompt`` (text, or token ids).
 
         stream=False returns a Completion; stream=True returns a Stream that
         yields text pieces and has ``.result`` once exhausted (``.cancel()``
         stops it early).
+
+        draft: how MTP drafts are made and checked. "greedy" = argmax of the MTP head
+        (upstream llama.cpp), "chain" = the top token of the request's own sampler chain
+        applied to the MTP logits, "stochastic" = a token drawn from that chain, verified
+        by rejection sampling (exact in distribution, accepts far more at T > 0).
+        "auto" = stochastic when temperature > 0, else chain with penalties, else greedy.
         """
         gen = self._start(prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed,
-                          stop, n_draft)
+                          stop, n_draft, draft)
         return gen if stream else gen.run_to_end()
 
     def chat(self, messages: list[dict], **kwargs):
@@ -138,7 +144,7 @@ class Model:
         return self.generate(self.chat_tokens(messages), **kwargs)
 
     def _start(self, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop,
-               n_draft) -> Generation:
+               n_draft, draft) -> Generation:
         rt = self.rt
         if isinstance(stop, str):
             stop = [stop]
@@ -157,7 +163,10 @@ class Model:
         bad = [t for t in tokens if not 0 <= t < rt.n_vocab]
         if bad:
             raise InvalidArgumentError(f"token id {bad[0]} is outside the vocabulary (0..{rt.n_vocab - 1})")
-        return Generation(rt, tokens, sampling, max_tokens, stop, k if self.mtp_enabled else 0)
+        mode = resolve_draft_mode(draft, temperature, repeat_penalty)
+        if not self.mtp_enabled:
+            mode, k = "greedy", 0  # plain decoding: nothing is drafted
+        return Generation(rt, tokens, sampling, max_tokens, stop, k, mode)
 
     # -- lifetime --------------------------------------------------------------------
 

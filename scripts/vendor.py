@@ -229,7 +229,7 @@ def export() -> None:
     for p in patch_files():
         p.unlink()
     PATCHES.mkdir(exist_ok=True)
-    out = git("format-patch", "-q", "--zero-commit", "--no-signature", "--no-stat",
+    out = git("format-patch", "-q", "-N", "--zero-commit", "--no-signature", "--no-stat",
               "-o", str(PATCHES), "pristine..HEAD")
     names = [Path(line).name for line in out.split()] or [p.name for p in patch_files()]
     log(f"exported {len(patch_files())} patches to patches/: {', '.join(names)}")

@@ -136,10 +136,10 @@ class FakeModel:
         return self.tokenize(text, add_special=not text.startswith("<s>"), parse_special=True)
 
     def generate(self, prompt, max_tokens=256, temperature=0.0, top_k=40, top_p=0.95, min_p=0.05,
-                 repeat_penalty=1.0, seed=None, stop=None, stream=False, n_draft=None):
+                 repeat_penalty=1.0, seed=None, stop=None, stream=False, n_draft=None, draft="auto"):
         self.calls.append(dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
                                top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed,
-                               stop=stop, stream=stream))
+                               stop=stop, stream=stream, draft=draft))
         if FakeModel.generate_error is not None:
             raise FakeModel.generate_error
         deltas = FakeModel.replies[(len(self.calls) - 1) % len(FakeModel.replies)]

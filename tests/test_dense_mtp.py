@@ -123,10 +123,11 @@ def test_continuing_a_conversation(dense_trio):
 
 
 def test_seeded_sampling_identical_on_off(dense_trio):
+    """Exact-match verification (chain drafts) consumes the sampler as plain decoding does."""
     off, on, side = dense_trio
-    kw = dict(max_tokens=MAX_TOKENS, temperature=0.8, top_k=40, top_p=0.95, min_p=0.0)
+    kw = dict(max_tokens=MAX_TOKENS, temperature=0.8, top_k=40, top_p=0.95, min_p=0.0, draft="chain")
     for seed in range(3):
-        ref = off.generate(PROMPTS[seed], seed=seed, **kw)
+        ref = off.generate(PROMPTS[seed], seed=seed, **{k: v for k, v in kw.items() if k != "draft"})
         assert on.generate(PROMPTS[seed], seed=seed, n_draft=3, **kw).tokens == ref.tokens
         assert side.generate(PROMPTS[seed], seed=seed, n_draft=3, **kw).tokens == ref.tokens
 

@@ -98,7 +98,7 @@ def test_seeded_sampling_identical_on_off(model_pair, temperature):
     for seed in range(5):
         ref = off.generate(PROMPTS[seed], seed=seed, **kw)
         assert off.generate(PROMPTS[seed], seed=seed, **kw).tokens == ref.tokens  # reproducible
-        assert on.generate(PROMPTS[seed], seed=seed, n_draft=3, **kw).tokens == ref.tokens
+        assert on.generate(PROMPTS[seed], seed=seed, n_draft=3, draft="chain", **kw).tokens == ref.tokens
 
 
 def test_stop_strings_and_streaming(model_pair):

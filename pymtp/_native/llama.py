@@ -26,6 +26,8 @@ LLAMA_CONTEXT_TYPE_MTP = 1
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 MTP_MAX_DRAFT = 16
 
+DRAFT_MODES = {"greedy": 0, "chain": 1, "stochastic": 2, "test-accept-all": 100}
+
 MTP_OK = 0
 MTP_ERR_CTX_FULL = -1
 MTP_ERR_DECODE = -2
@@ -203,6 +205,7 @@ _SIGNATURES = {
     "llama_mtp_free": (None, [p_mtp]),
     "llama_mtp_prefill": (C.c_int32, [p_mtp, C.POINTER(llama_token), C.c_int32]),
     "llama_mtp_step": (C.c_int32, [p_mtp, p_sampler, C.c_int32, C.POINTER(llama_token), C.c_int32]),
+    "llama_mtp_set_draft_mode": (None, [p_mtp, C.c_int, C.c_uint32]),
     "llama_mtp_n_past": (C.c_int32, [p_mtp]),
     "llama_mtp_has_draft": (C.c_bool, [p_mtp]),
     "llama_mtp_max_draft": (C.c_int32, [p_mtp]),

@@ -44,6 +44,11 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         "`pymtp graft` (default: MODEL's <stem>.mtp.gguf when it exists)")
     g.add_argument("--n-draft", type=int, default=3, metavar="K",
                    help=f"tokens drafted per step by the MTP head, 0..{MAX_N_DRAFT} (default: 3)")
+    g.add_argument("--draft", choices=("auto", "greedy", "chain", "stochastic"), default="auto",
+                   help="how drafts are made and checked: greedy = argmax of the MTP head; chain = top "
+                        "token of your sampler chain on the MTP logits; stochastic = a draw from it, "
+                        "verified by rejection sampling (exact, keeps the speedup at --temp > 0); "
+                        "auto = stochastic when --temp > 0, else greedy/chain (default: auto)")
     g.add_argument("--ctx", type=int, default=4096, metavar="N",
                    help="context window in tokens (default: 4096)")
     g.add_argument("--ngl", type=int, default=0, metavar="N",
@@ -144,6 +149,7 @@ def sampling_kwargs(args: argparse.Namespace) -> dict:
         repeat_penalty=args.repeat_penalty,
         seed=args.seed,
         stop=[unescape(s) for s in args.stop] if args.stop else None,
+        draft=getattr(args, "draft", "auto"),
     )
 
 

@@ -37,13 +37,14 @@ class Generation:
     """Iterating yields text deltas; afterwards ``result`` holds the Completion."""
 
     def __init__(self, rt: Runtime, prompt: list[int], sampling: SamplingParams, max_tokens: int,
-                 stop: list[str] | None, n_draft: int) -> None:
+                 stop: list[str] | None, n_draft: int, draft: str = "greedy") -> None:
         self.rt = rt
         self.prompt = prompt
         self.sampling = sampling
         self.max_tokens = max_tokens
         self.stop = stop
         self.n_draft = n_draft
+        self.draft = draft
         self.result: Completion | None = None
         self._cancelled = False
         self._iter = self._run()
@@ -70,6 +71,7 @@ class Generation:
                 f"prompt is {len(self.prompt)} tokens but the context holds {rt.n_ctx}; "
                 "shorten the prompt or raise n_ctx (--ctx)")
         lib.llama_mtp_reset_stats(rt.engine)
+        lib.llama_mtp_set_draft_mode(rt.engine, L.DRAFT_MODES[self.draft], self.sampling.seed)
         arr = (L.llama_token * len(self.prompt))(*self.prompt)
         rc = lib.llama_mtp_prefill(rt.engine, arr, len(self.prompt))
         if rc != L.MTP_OK:
@@ -133,4 +135,5 @@ class Generation:
     def _stats(self, gen_ms: float) -> Stats:
         raw = L.llama_mtp_stats()
         self.rt.lib.llama_mtp_get_stats(self.rt.engine, C.byref(raw))
-        return Stats.from_native(raw, mtp=self.rt.ctx_mtp is not None, n_draft=self.n_draft, generate_ms=gen_ms)
+        return Stats.from_native(raw, mtp=self.rt.ctx_mtp is not None, n_draft=self.n_draft, generate_ms=gen_ms,
+                                 draft=self.draft)

@@ -13,6 +13,21 @@ from ..errors import InvalidArgumentError
 from .._native import llama as L
 
 
+DRAFT_CHOICES = ("auto", "greedy", "chain", "stochastic")
+
+
+def resolve_draft_mode(draft: str, temperature: float, repeat_penalty: float) -> str:
+    """auto: stochastic drafting + rejection sampling when sampling (T > 0); at T = 0 the
+    chain-filtered draft only when penalties change the distribution, else plain greedy."""
+    if draft not in DRAFT_CHOICES and draft != "test-accept-all":
+        raise InvalidArgumentError(f"draft must be one of {', '.join(DRAFT_CHOICES)}, got {draft!r}")
+    if draft != "auto":
+        return draft
+    if temperature > 0:
+        return "stochastic"
+    return "chain" if repeat_penalty != 1.0 else "greedy"
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.0
@@ -22,6 +37,10 @@ class SamplingParams:
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seed is None:  # one seed per request: the chain's RNG and the engine's derive from it
+            object.__setattr__(self, "seed", _random_seed())
 
     def validate(self) -> None:
         if not self.temperature >= 0.0:
@@ -40,6 +59,10 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def _random_seed() -> int:
+    return random.randrange(0, 2**32 - 1)
 
 
 class SamplerChain:
@@ -63,8 +86,7 @@ class SamplerChain:
         if params.min_p > 0.0:
             add(lib.llama_sampler_init_min_p(params.min_p, 1))
         add(lib.llama_sampler_init_temp(params.temperature))
-        seed = params.seed if params.seed is not None else random.randrange(0, 2**32 - 1)
-        add(lib.llama_sampler_init_dist(seed))
+        add(lib.llama_sampler_init_dist(params.seed))
 
     def close(self) -> None:
         if self.handle:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 class Stats:
     mtp: bool = False
     n_draft: int = 0
+    draft: str = "greedy"
     n_prompt: int = 0
     n_reused: int = 0
     n_generated: int = 0
@@ -31,10 +32,10 @@ class Stats:
     generate_ms: float = 0.0  # wall time from the first step to the last token
 
     @classmethod
-    def from_native(cls, s, *, mtp: bool, n_draft: int, generate_ms: float) -> "Stats":
+    def from_native(cls, s, *, mtp: bool, n_draft: int, generate_ms: float, draft: str = "greedy") -> "Stats":
         n_pos = max((i + 1 for i in range(len(s.drafted_per_pos)) if s.drafted_per_pos[i]), default=0)
         return cls(
-            mtp=mtp, n_draft=n_draft,
+            mtp=mtp, n_draft=n_draft, draft=draft,
             n_prompt=s.n_prompt, n_reused=s.n_reused, n_generated=s.n_generated, n_steps=s.n_steps,
             n_drafted=s.n_drafted, n_accepted=s.n_accepted,
             drafted_per_position=[int(s.drafted_per_pos[i]) for i in range(n_pos)],
@@ -62,6 +63,11 @@ class Stats:
         return self.n_generated / (self.generate_ms / 1000.0) if self.generate_ms > 0 else 0.0
 
     @property
+    def draft_ms_per_step(self) -> float:
+        """Cost of one MTP draft decode (incl. applying the sampler chain to its logits)."""
+        return self.draft_ms / self.n_draft_decodes if self.n_draft_decodes else 0.0
+
+    @property
     def prefill_tokens_per_second(self) -> float:
         return self.n_prompt / (self.prefill_ms / 1000.0) if self.prefill_ms > 0 else 0.0
 
@@ -72,6 +78,7 @@ class Stats:
             acceptance_rate=self.acceptance_rate,
             mean_accepted_length=self.mean_accepted_length,
             tokens_per_second=self.tokens_per_second,
+            draft_ms_per_step=self.draft_ms_per_step,
             prefill_tokens_per_second=self.prefill_tokens_per_second,
         )
         return d
@@ -81,6 +88,6 @@ class Stats:
         if not self.mtp:
             return head + " | mtp off"
         per_pos = " ".join(f"{r:.2f}" for r in self.accept_per_position) or "-"
-        return (f"{head} | mtp n_draft={self.n_draft}: accepted {self.n_accepted}/{self.n_drafted} "
+        return (f"{head} | mtp {self.draft} n_draft={self.n_draft}: accepted {self.n_accepted}/{self.n_drafted} "
                 f"({self.acceptance_rate:.0%}), per position [{per_pos}], "
                 f"mean accepted length {self.mean_accepted_length:.2f}")

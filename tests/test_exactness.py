@@ -1,0 +1,117 @@
+"""Stochastic drafting with rejection sampling is exact in distribution.
+
+The joint distribution of the first generated tokens with MTP 'stochastic' must
+match plain sampling without MTP (chi-square test of homogeneity over >= 20k
+samples each), at T = 0.7 and 1.0 with top-k, top-p and a repetition penalty.
+The same test must reject a deliberately broken verifier that accepts every
+draft, so it has the power to catch a real bug.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from scipy.stats import chi2_contingency
+
+N_SAMPLES = 20_000
+N_TOKENS = 4           # first token + one step with up to 3 drafts (k clamps to max_tokens - 1 - done)
+PROMPT = "Once upon a time"
+
+
+def sample_joint(model, n: int, seed0: int, **kw) -> Counter:
+    prompt = model.tokenize(PROMPT)
+    counts = Counter()
+    for i in range(n):
+        out = model.generate(prompt, max_tokens=N_TOKENS, seed=seed0 + i, **kw)
+        counts[tuple(out.tokens)] += 1
+    return counts
+
+
+def homogeneity_p(a: Counter, b: Counter) -> float:
+    """Chi-square p-value that a and b come from one distribution (rare cells pooled)."""
+    cells = sorted(set(a) | set(b), key=lambda c: -(a[c] + b[c]))
+    table, other = [], [0, 0]
+    for c in cells:
+        if a[c] + b[c] >= 20:
+            table.append([a[c], b[c]])
+        else:
+            other[0] += a[c]
+            other[1] += b[c]
+    if sum(other):
+        table.append(other)
+    return chi2_contingency(table)[1]
+
+
+@pytest.fixture(scope="module")
+def exact_pair(tiny_model_path):
+    import pymtp
+
+    path = tiny_model_path("glm4moe")
+    on = pymtp.Model(path, n_ctx=256, n_batch=32, n_threads=1, mtp="on", n_draft=3)
+    off = pymtp.Model(path, n_ctx=256, n_batch=32, n_threads=1, mtp="off")
+    yield on, off
+    on.close()
+    off.close()
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_stochastic_matches_plain_sampling(exact_pair, temperature):
+    on, off = exact_pair
+    kw = dict(temperature=temperature, top_k=8, top_p=0.95, min_p=0.0, repeat_penalty=1.1)
+    plain = sample_joint(off, N_SAMPLES, 1_000_000, **kw)
+    spec = sample_joint(on, N_SAMPLES, 2_000_000, draft="stochastic", **kw)
+    p = homogeneity_p(plain, spec)
+    assert p > 0.01, f"MTP stochastic changed the output distribution (chi-square p = {p:.2e})"
+
+
+def test_broken_verifier_is_detected(exact_pair):
+    on, off = exact_pair
+    kw = dict(temperature=1.0, top_k=8, top_p=0.95, min_p=0.0, repeat_penalty=1.1)
+    plain = sample_joint(off, N_SAMPLES, 3_000_000, **kw)
+    broken = sample_joint(on, N_SAMPLES, 4_000_000, draft="test-accept-all", **kw)
+    p = homogeneity_p(plain, broken)
+    assert p < 1e-6, f"the test did not notice a verifier that accepts every draft (p = {p:.2e})"
+
+
+def test_stochastic_accepts_drafts(exact_pair):
+    on, _ = exact_pair
+    out = on.generate(PROMPT, max_tokens=64, temperature=1.0, top_k=8, seed=5, draft="stochastic")
+    assert out.stats.draft == "stochastic" and out.stats.n_accepted > 0
+
+
+def test_seeded_stochastic_is_reproducible(exact_pair):
+    on, _ = exact_pair
+    kw = dict(max_tokens=48, temperature=0.9, top_k=20, repeat_penalty=1.1, draft="stochastic")
+    for seed in range(3):
+        assert on.generate(PROMPT, seed=seed, **kw).tokens == on.generate(PROMPT, seed=seed, **kw).tokens
+
+
+@pytest.mark.parametrize("draft", ["greedy", "chain", "stochastic"])
+def test_all_modes_identical_at_temperature_zero(model_pair, draft):
+    on, off = model_pair
+    for prompt in ("The quick brown fox", "def fibonacci(n):", "1, 2, 3, 4,"):
+        for rp in (1.0, 1.3):
+            ref = off.generate(prompt, max_tokens=24, repeat_penalty=rp)
+            assert on.generate(prompt, max_tokens=24, repeat_penalty=rp, draft=draft).tokens == ref.tokens
+
+
+@pytest.mark.parametrize("draft", ["greedy", "chain"])
+def test_exact_match_modes_identical_when_sampling(model_pair, draft):
+    """Exact-match modes consume the sampler exactly as plain decoding: same seed, same tokens."""
+    on, off = model_pair
+    kw = dict(max_tokens=32, temperature=0.8, top_k=40, top_p=0.95, repeat_penalty=1.1)
+    for seed in range(4):
+        assert on.generate("Once upon a time", seed=seed, draft=draft, **kw).tokens == \
+               off.generate("Once upon a time", seed=seed, **kw).tokens
+
+
+def test_chain_draft_beats_greedy_under_penalty(tiny_model_path):
+    """With a strong repetition penalty the target avoids repeats; a chain-filtered draft follows it."""
+    import pymtp
+
+    with pymtp.Model(tiny_model_path("glm4moe"), n_ctx=512, n_threads=1, mtp="on", n_draft=3) as m:
+        kw = dict(max_tokens=128, repeat_penalty=3.0)
+        g = m.generate("A B C D E F", draft="greedy", **kw).stats
+        c = m.generate("A B C D E F", draft="chain", **kw).stats
+        assert c.acceptance_rate >= g.acceptance_rate
