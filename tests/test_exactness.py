@@ -55,21 +55,37 @@ def exact_pair(tiny_model_path):
     off.close()
 
 
+def chain_kw(temperature: float) -> dict:
+    return dict(temperature=temperature, top_k=8, top_p=0.95, min_p=0.0, repeat_penalty=1.1)
+
+
+@pytest.fixture(scope="module")
+def plain_samples(exact_pair):
+    """Plain sampling (MTP off) per temperature, drawn once and shared by the tests."""
+    _, off = exact_pair
+    cache = {}
+
+    def get(temperature: float) -> Counter:
+        if temperature not in cache:
+            cache[temperature] = sample_joint(off, N_SAMPLES, 1_000_000, **chain_kw(temperature))
+        return cache[temperature]
+
+    return get
+
+
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
-def test_stochastic_matches_plain_sampling(exact_pair, temperature):
-    on, off = exact_pair
-    kw = dict(temperature=temperature, top_k=8, top_p=0.95, min_p=0.0, repeat_penalty=1.1)
-    plain = sample_joint(off, N_SAMPLES, 1_000_000, **kw)
-    spec = sample_joint(on, N_SAMPLES, 2_000_000, draft="stochastic", **kw)
+def test_stochastic_matches_plain_sampling(exact_pair, plain_samples, temperature):
+    on, _ = exact_pair
+    plain = plain_samples(temperature)
+    spec = sample_joint(on, N_SAMPLES, 2_000_000, draft="stochastic", **chain_kw(temperature))
     p = homogeneity_p(plain, spec)
     assert p > 0.01, f"MTP stochastic changed the output distribution (chi-square p = {p:.2e})"
 
 
-def test_broken_verifier_is_detected(exact_pair):
-    on, off = exact_pair
-    kw = dict(temperature=1.0, top_k=8, top_p=0.95, min_p=0.0, repeat_penalty=1.1)
-    plain = sample_joint(off, N_SAMPLES, 3_000_000, **kw)
-    broken = sample_joint(on, N_SAMPLES, 4_000_000, draft="test-accept-all", **kw)
+def test_broken_verifier_is_detected(exact_pair, plain_samples):
+    on, _ = exact_pair
+    plain = plain_samples(1.0)
+    broken = sample_joint(on, N_SAMPLES, 4_000_000, draft="test-accept-all", **chain_kw(1.0))
     p = homogeneity_p(plain, broken)
     assert p < 1e-6, f"the test did not notice a verifier that accepts every draft (p = {p:.2e})"
 
