@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from pymtp.cli import bench, chat, common, generate, info
+from pymtp.cli import bench, chat, common, generate, graft, info
 from pymtp.errors import PymtpError
 
-SUBCOMMANDS = (info, generate, chat, bench)
+SUBCOMMANDS = (info, generate, chat, bench, graft)
 
 DESCRIPTION = """\
 pymtp: fast local text generation for GGUF models with multi-token prediction

@@ -1,0 +1,151 @@
+"""`pymtp graft`: train an MTP head for a base model that has none (needs PyTorch)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pymtp.cli import common
+from pymtp.errors import InvalidArgumentError, PymtpError
+
+DESCRIPTION = """\
+Train an MTP (multi-token prediction) head for a GGUF base model that ships
+without one, by self-distillation, and write it as a head-only GGUF that pymtp
+loads next to the base (--mtp-head, or <model>.mtp.gguf beside the model).
+
+1. data: the base model generates text from a built-in, varied prompt set
+   (questions, writing, code, math, rewriting; chat-formatted with the model's
+   own template; sampled at T~0.8-1.0, some greedy), plus optional --corpus
+   text files; cached in --data-cache and reused;
+2. training: only the head trains (one decoder block of the base's own kind,
+   initialised from its last layer, + eh_proj/enorm/hnorm/shared_head_norm; the
+   embeddings and LM head are the base's, frozen and not written). It learns
+   the base's next-token distribution one step further (KL), including chained
+   draft steps fed its own output (--chain);
+3. output: HEAD.gguf (f16 or q8_0 matrices) with provenance keys, a resumable
+   checkpoint HEAD.gguf.ckpt.pt, and optionally a JSON report.
+
+Architectures: llama, qwen2, qwen3, gemma3 (dense). Uses CUDA when available."""
+
+EPILOG = """\
+examples:
+  pymtp graft -o smollm2.mtp.gguf                      # the built-in model, default recipe
+  pymtp graft base.gguf -o head.gguf --samples 8000 --steps 6000 --report graft.json
+  pymtp graft base.gguf -o head.gguf --device cpu --samples 64 --steps 200 --batch 4 --seq-len 256
+  pymtp graft base.gguf -o head.gguf --resume           # continue an interrupted run
+  pymtp generate base.gguf --mtp-head head.gguf -p "Hello"   # use the head"""
+
+TORCH_MISSING = "pymtp graft needs PyTorch: pip install 'pymtp[graft]'"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("graft", help="train an MTP head for a model without one (PyTorch)",
+                              description=DESCRIPTION, epilog=EPILOG, formatter_class=common.HelpFormatter)
+    common.add_model_arg(p)
+    p.add_argument("-o", "--output", required=True, metavar="HEAD.gguf", help="the head GGUF to write")
+    g = p.add_argument_group("training")
+    g.add_argument("--steps", type=int, default=4000, metavar="N", help="optimizer steps (default: 4000)")
+    g.add_argument("--batch", type=int, default=16, metavar="B", help="sequences per step (default: 16)")
+    g.add_argument("--seq-len", type=int, default=512, metavar="L",
+                   help="tokens per sequence, longer ones are cut (default: 512)")
+    g.add_argument("--lr", type=float, default=5e-4, metavar="LR", help="peak learning rate (default: 5e-4)")
+    g.add_argument("--seed", type=int, default=0, metavar="S", help="seed for data and training (default: 0)")
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where to train (default: auto = cuda if available)")
+    g.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="CPU threads for PyTorch (default: PyTorch's choice; 1 can be much faster on "
+                        "a busy machine)")
+    g.add_argument("--chain", type=int, default=2, metavar="K",
+                   help="draft steps trained: 1 = teacher-forced only, K > 1 also trains steps 2..K "
+                        "fed the head's own output (default: 2)")
+    g.add_argument("--init", choices=("mix", "h", "e"), default="mix",
+                   help="eh_proj initialisation: mix = [I/2 | I/2], h = [0 | I], e = [I | 0] "
+                        "(default: mix)")
+    g.add_argument("--ce-weight", type=float, default=0.0, metavar="W",
+                   help="add W x cross-entropy on the actual next token to the KL loss (default: 0)")
+    g.add_argument("--resume", action="store_true",
+                   help="continue from HEAD.gguf.ckpt.pt if it exists")
+    g.add_argument("--report", type=Path, default=None, metavar="FILE.json",
+                   help="write a JSON report (settings, losses, validation, timings)")
+    d = p.add_argument_group("data")
+    d.add_argument("--samples", type=int, default=4000, metavar="N",
+                   help="sequences the base generates for training (default: 4000)")
+    d.add_argument("--gen-tokens", type=int, default=384, metavar="T",
+                   help="new tokens per generated sequence, at most (default: 384)")
+    d.add_argument("--gen-batch", type=int, default=0, metavar="B",
+                   help="sequences generated at once (default: 256 on CUDA, 32 on CPU)")
+    d.add_argument("--corpus", nargs="+", default=[], metavar="FILE",
+                   help="plain-text files to train on as well")
+    d.add_argument("--data-cache", type=Path, default=None, metavar="DIR",
+                   help="where generated data is cached (default: $PYMTP_CACHE_DIR/graft "
+                        "or ~/.cache/pymtp/graft)")
+    d.add_argument("--cache-gb", type=float, default=8.0, metavar="GB",
+                   help="keep the trunk's hidden states in memory up to this size, else recompute "
+                        "them every step (default: 8)")
+    o = p.add_argument_group("output")
+    o.add_argument("--type", dest="head_type", choices=("f16", "q8_0"), default="f16",
+                   help="storage type of the head's matrices (default: f16)")
+    o.add_argument("--quiet", action="store_true", help="no progress bars")
+    common.add_debug_flag(p, top_level=False)
+    p.set_defaults(handler=run)
+
+
+def validate(args) -> None:
+    def check(ok, message):
+        if not ok:
+            raise InvalidArgumentError(message)
+
+    check(args.steps >= 1, f"--steps must be >= 1 (got {args.steps})")
+    check(args.batch >= 1, f"--batch must be >= 1 (got {args.batch})")
+    check(args.seq_len >= 8, f"--seq-len must be >= 8 (got {args.seq_len})")
+    check(args.lr > 0, f"--lr must be > 0 (got {args.lr})")
+    check(args.seed >= 0, f"--seed must be >= 0 (got {args.seed})")
+    check(args.threads >= 0, f"--threads must be >= 0 (got {args.threads})")
+    check(1 <= args.chain <= 8, f"--chain must be in 1..8 (got {args.chain})")
+    check(args.samples >= 0, f"--samples must be >= 0 (got {args.samples})")
+    check(args.samples > 0 or args.corpus, "--samples 0 needs --corpus files")
+    check(args.samples == 0 or args.samples >= 2, f"--samples must be >= 2 (got {args.samples})")
+    check(args.gen_tokens >= 1, f"--gen-tokens must be >= 1 (got {args.gen_tokens})")
+    check(args.gen_batch >= 0, f"--gen-batch must be >= 0 (got {args.gen_batch})")
+    check(args.ce_weight >= 0, f"--ce-weight must be >= 0 (got {args.ce_weight})")
+    check(args.cache_gb >= 0, f"--cache-gb must be >= 0 (got {args.cache_gb})")
+    for f in args.corpus:
+        check(Path(f).is_file(), f"--corpus: no such file: {f}")
+
+
+def require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise PymtpError(TORCH_MISSING) from e
+
+
+def run(args: argparse.Namespace) -> int:
+    validate(args)
+    require_torch()
+    from pymtp.graft.data import GenConfig
+    from pymtp.graft.train import GraftJob, TrainConfig, graft
+
+    base = common.resolve_model_path(args.model)
+    out = Path(args.output)
+    if out.resolve() == Path(base).resolve():
+        raise InvalidArgumentError("-o must not be the base model itself")
+    job = GraftJob(
+        base=Path(base), out=out,
+        train=TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
+                          seed=args.seed, device=args.device, chain=args.chain, init=args.init,
+                          ce_weight=args.ce_weight, cache_gb=args.cache_gb, threads=args.threads),
+        gen=GenConfig(samples=args.samples, gen_tokens=args.gen_tokens, seed=args.seed),
+        corpus=[Path(f) for f in args.corpus], head_type=args.head_type, resume=args.resume,
+        report=args.report, data_cache=args.data_cache, gen_batch=args.gen_batch,
+        progress=not args.quiet,
+    )
+    report = graft(job)
+    val = report["final"]["val"]
+    line = f"wrote {out}"
+    if val:
+        line += f": val top-1 agreement {val['agree']:.3f}"
+        if len(val["per_step"]) > 1:
+            line += " (draft steps: " + ", ".join(f"{s['agree']:.3f}" for s in val["per_step"]) + ")"
+    print(line)
+    return 0

@@ -1,0 +1,270 @@
+"""Does the torch forward match llama.cpp? (A mismatch silently ruins a grafted head.)
+
+``compare_trunk(model)`` runs a few token sequences through llama.cpp (the pymtp native
+library, a context with embeddings on: the final-norm output and the logits of every row)
+and through :class:`pymtp.graft.torch_model.BaseModel`, and reports the largest differences
+and the argmax agreement.
+
+``compare_head(base, head)`` (needs a llama.cpp build with the dense MTP graph) does the same
+for a grafted head: llama.cpp's MTP context fed the teacher-forced pairs (x_p, h_{p-1}) vs
+:class:`pymtp.graft.torch_model.MTPHead`.
+
+    python -m pymtp.graft.check [MODEL.gguf] [--head HEAD.gguf] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes as C
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_PROMPTS = (
+    [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
+    [{"role": "user", "content": "Write a haiku about autumn leaves."}],
+    [{"role": "user", "content": "Explain what a hash table is to a beginner programmer."}],
+    "Once upon a time, in a small village by the sea, there lived",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+)
+
+
+def _embeddings_ith(lib):
+    """llama_get_embeddings_ith, which the engine bindings do not declare (declared here only)."""
+    fn = lib.llama_get_embeddings_ith if hasattr(lib, "llama_get_embeddings_ith") else None
+    if fn is None:
+        from pymtp._native.lib import load
+
+        fn = load().llama_get_embeddings_ith
+        fn.restype, fn.argtypes = C.POINTER(C.c_float), [C.c_void_p, C.c_int32]
+    return fn
+
+
+def prompt_tokens(model, prompts=DEFAULT_PROMPTS) -> list[list[int]]:
+    """Token ids of chat prompts (list of messages) or raw texts, tokenized by llama.cpp."""
+    out = []
+    for p in prompts:
+        out.append(model.chat_tokens(p) if isinstance(p, list) else model.tokenize(p))
+    return out
+
+
+def _context(lib, model, n_tokens: int, n_threads: int | None, ctx_type: int = 0, embeddings=False):
+    from pymtp._native import llama as L
+
+    cp = lib.llama_context_default_params()
+    cp.n_ctx = max(256, n_tokens + 8)
+    cp.n_batch = cp.n_ubatch = max(n_tokens, 8)
+    cp.n_seq_max = 1
+    cp.ctx_type = ctx_type
+    cp.embeddings = embeddings
+    cp.pooling_type = 0          # LLAMA_POOLING_TYPE_NONE: one row per token
+    cp.type_k = cp.type_v = 0    # f32 KV cache: only the weights' own rounding is left
+    cp.flash_attn_type = 0
+    cp.no_perf = True
+    if n_threads:
+        cp.n_threads = cp.n_threads_batch = n_threads
+    ctx = lib.llama_init_from_model(model, cp)
+    if not ctx:
+        raise RuntimeError(f"could not create a llama.cpp context: {L.last_log_lines()}")
+    return ctx
+
+
+def _decode(lib, ctx, tokens, pos0, hidden=None):
+    from pymtp._native import llama as L
+
+    n = len(tokens)
+    tok = (L.llama_token * n)(*tokens)
+    pos = (L.llama_pos * n)(*range(pos0, pos0 + n))
+    out = (C.c_int8 * n)(*([1] * n))
+    batch = L.llama_batch(n_tokens=n, token=tok, pos=pos, logits=out)
+    if hidden is not None:
+        emb = np.ascontiguousarray(hidden, dtype=np.float32)
+        batch.embd = emb.ctypes.data_as(C.POINTER(C.c_float))
+    rc = lib.llama_decode(ctx, batch)
+    if rc != 0:
+        raise RuntimeError(f"llama_decode failed ({rc}): {L.last_log_lines()}")
+
+
+def _rows(fn, ctx, n, width):
+    return np.stack([np.ctypeslib.as_array(fn(ctx, i), (width,)).copy() for i in range(n)])
+
+
+def llama_cpp_rows(model, seqs: list[list[int]], n_threads: int | None = None):
+    """[(hidden [T, D], logits [T, V])] from llama.cpp for each token sequence (positions 0..):
+    the final-norm output (embeddings, pooling none) and the logits of every row."""
+    rt = model.rt
+    lib = rt.lib
+    emb_ith = _embeddings_ith(lib)
+    n_embd = lib.llama_model_n_embd(rt.model)
+    out = []
+    for seq in seqs:
+        ctx = _context(lib, rt.model, len(seq), n_threads, embeddings=True)
+        try:
+            _decode(lib, ctx, seq, 0)
+            out.append((_rows(emb_ith, ctx, len(seq), n_embd),
+                        _rows(lib.llama_get_logits_ith, ctx, len(seq), rt.n_vocab)))
+        finally:
+            lib.llama_free(ctx)
+    return out
+
+
+def compare_trunk(path, prompts=DEFAULT_PROMPTS, n_threads: int | None = None, seqs=None) -> dict:
+    """Torch vs llama.cpp on the base trunk: max |diff| of hidden states and logits, argmax agreement."""
+    import torch
+
+    import pymtp
+    from .gguf_weights import load_base
+    from .torch_model import BaseModel
+
+    path = Path(path)
+    with pymtp.Model(path, mtp="off", n_ctx=512, n_threads=n_threads) as model:
+        if seqs is None:
+            seqs = prompt_tokens(model, prompts)
+        ref = llama_cpp_rows(model, seqs, n_threads)
+    base = BaseModel(load_base(path, with_sha=False))
+    rows = []
+    agree = total = 0
+    max_dl = max_dh = 0.0
+    for seq, (h_ref, l_ref) in zip(seqs, ref):
+        with torch.no_grad():
+            h = base(torch.tensor([seq]))[0]
+            logits = base.logits(h).numpy()
+        h = h.numpy()
+        dl = float(np.abs(logits - l_ref).max())
+        dh = float(np.abs(h - h_ref).max())
+        a = int((logits.argmax(-1) == l_ref.argmax(-1)).sum())
+        rows.append({"n_tokens": len(seq), "max_abs_diff_logits": dl, "max_abs_diff_hidden": dh,
+                     "logit_scale": float(np.abs(l_ref).max()), "argmax_agree": a / len(seq)})
+        agree += a
+        total += len(seq)
+        max_dl, max_dh = max(max_dl, dl), max(max_dh, dh)
+    return {"model": str(path), "n_sequences": len(seqs), "n_tokens": total,
+            "max_abs_diff_logits": max_dl, "max_abs_diff_hidden": max_dh,
+            "argmax_agreement": agree / total, "per_sequence": rows}
+
+
+def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int | None = None,
+                 seqs=None) -> dict:
+    """Torch vs llama.cpp on a grafted head: the target context's h_p (what the engine feeds the
+    head), then the MTP context fed the teacher-forced pairs (x_p, h_{p-1}) of each sequence:
+    its logits and output hidden state. Needs a build with the dense MTP graph (patch 0003); the
+    head is loaded as a sidecar where the bindings know ``mtp_head_path`` (patch 0004), else
+    merged into a temporary copy of the base."""
+    import tempfile
+
+    import torch
+
+    import pymtp
+    from pymtp._native import llama as L
+    from .gguf_weights import load_base
+    from .torch_model import BaseModel, MTPHead, rope_tables
+
+    base_path, head_path = Path(base_path), Path(head_path)
+    if seqs is None:
+        with pymtp.Model(base_path, mtp="off", n_ctx=512, n_threads=n_threads) as model:
+            seqs = prompt_tokens(model, prompts)
+    lib = L.lib()
+    sidecar = any(f[0] == "mtp_head_path" for f in L.llama_model_params._fields_)
+    with tempfile.TemporaryDirectory(prefix="pymtp-check-") as tmp:
+        mp = lib.llama_model_default_params()
+        mp.n_gpu_layers = 0
+        mp.load_mtp = True
+        if sidecar:
+            mp.mtp_head_path = str(head_path).encode()
+            load_path = base_path
+        else:
+            from .writer import merge_head
+
+            load_path = Path(tmp) / "merged.gguf"
+            merge_head(base_path, head_path, load_path)
+        model = lib.llama_model_load_from_file(str(load_path).encode(), mp)
+        if not model:
+            raise RuntimeError(f"llama.cpp could not load the head: {L.last_log_lines()}")
+        try:
+            n_embd = lib.llama_model_n_embd(model)
+            n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
+            ref = []
+            for seq in seqs:
+                ctx = _context(lib, model, len(seq), n_threads)
+                mctx = _context(lib, model, len(seq), n_threads, ctx_type=L.LLAMA_CONTEXT_TYPE_MTP)
+                try:
+                    lib.llama_set_embeddings_nextn(ctx, True, False)
+                    lib.llama_set_embeddings_nextn(mctx, True, False)
+                    _decode(lib, ctx, seq, 0)
+                    h = _rows(lib.llama_get_embeddings_nextn_ith, ctx, len(seq), n_embd)
+                    h_in = np.vstack([np.zeros((1, n_embd), np.float32), h[:-1]])
+                    _decode(lib, mctx, seq, 0, h_in)
+                    ref.append((h, _rows(lib.llama_get_logits_ith, mctx, len(seq), n_vocab),
+                                _rows(lib.llama_get_embeddings_nextn_ith, mctx, len(seq), n_embd)))
+                finally:
+                    lib.llama_free(mctx)
+                    lib.llama_free(ctx)
+        finally:
+            lib.llama_model_free(model)
+
+    base_g = load_base(base_path, with_sha=False)
+    base = BaseModel(base_g)
+    head = MTPHead.from_gguf(base_g.hparams, head_path)
+    hp = base_g.hparams
+    res = {"max_abs_diff_target_hidden": 0.0, "max_abs_diff_mtp_logits": 0.0,
+           "max_abs_diff_mtp_hidden": 0.0, "mtp_argmax_agreement": 0.0, "n_tokens": 0,
+           "loaded_as": "sidecar" if sidecar else "merged"}
+    agree = 0
+    with torch.no_grad():
+        for seq, (h_ref, l_ref, o_ref) in zip(seqs, ref):
+            x = torch.tensor([seq])
+            h = base(x)
+            h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+            cos, sin = rope_tables(torch.arange(len(seq)), hp.n_rot, hp.rope_base, hp.rope_freq_scale,
+                                   base.rope_freqs)
+            out, _ = head(base.tok_embd[x], h_prev, cos, sin)
+            logits = base.logits(out)[0].numpy()
+            out = out[0].numpy()
+            res["max_abs_diff_target_hidden"] = max(res["max_abs_diff_target_hidden"],
+                                                    float(np.abs(h[0].numpy() - h_ref).max()))
+            res["max_abs_diff_mtp_logits"] = max(res["max_abs_diff_mtp_logits"], float(np.abs(logits - l_ref).max()))
+            res["max_abs_diff_mtp_hidden"] = max(res["max_abs_diff_mtp_hidden"], float(np.abs(out - o_ref).max()))
+            agree += int((logits.argmax(-1) == l_ref.argmax(-1)).sum())
+            res["n_tokens"] += len(seq)
+    res["mtp_argmax_agreement"] = agree / max(res["n_tokens"], 1)
+    return res
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pymtp.graft.check", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?", default=None, help="base GGUF (default: the built-in model)")
+    p.add_argument("--head", default=None, help="a grafted head GGUF: also compare the MTP head's logits")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.model is None:
+        from pymtp.default_model import default_model_path
+        args.model = str(default_model_path())
+    res = compare_trunk(args.model, n_threads=args.threads)
+    if args.head:
+        res["head"] = compare_head(args.model, args.head, n_threads=args.threads)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(f"{res['model']}: {res['n_sequences']} sequences, {res['n_tokens']} tokens")
+        print(f"  max |logits diff| {res['max_abs_diff_logits']:.4g}   "
+              f"max |hidden diff| {res['max_abs_diff_hidden']:.4g}   "
+              f"argmax agreement {res['argmax_agreement']:.4f}")
+        for r in res["per_sequence"]:
+            print(f"    {r['n_tokens']:4d} tokens: logits {r['max_abs_diff_logits']:.4g} "
+                  f"(|logit| max {r['logit_scale']:.3g}), hidden {r['max_abs_diff_hidden']:.4g}, "
+                  f"argmax {r['argmax_agree']:.3f}")
+        if "head" in res:
+            h = res["head"]
+            print(f"  head ({h['loaded_as']}): max |MTP logits diff| {h['max_abs_diff_mtp_logits']:.4g}   "
+                  f"max |MTP hidden diff| {h['max_abs_diff_mtp_hidden']:.4g}   "
+                  f"argmax agreement {h['mtp_argmax_agreement']:.4f}   "
+                  f"(target h_p diff {h['max_abs_diff_target_hidden']:.4g})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

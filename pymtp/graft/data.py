@@ -1,0 +1,213 @@
+"""Training data: text the base model itself generates from the built-in prompt set (sampled,
+temperature ~U(0.8, 1.0) with a share of greedy rows, top-p 0.95), plus optional plain-text
+corpus files, as token ids. Generated data is cached on disk in shards (npz), so an interrupted
+run resumes generation where it stopped and later runs with the same settings reuse it.
+
+Held-out validation sequences come from prompts never used for training (and every 20th
+corpus chunk).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pymtp.errors import PymtpError
+
+from .prompts import build_prompts
+
+DATA_VERSION = 1          # bump when the prompt set or the generation recipe changes
+MAX_UNIQUE_PROMPTS = 20000
+MIN_SEQ_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    samples: int = 64                 # generated sequences
+    gen_tokens: int = 256             # new tokens per sequence (at most)
+    seed: int = 0
+    temp_min: float = 0.8
+    temp_max: float = 1.0
+    greedy_frac: float = 0.2          # share of sequences decoded greedily (pymtp's default mode)
+    top_p: float = 0.95
+    val_frac: float = 0.05            # share of prompts held out for validation
+
+    def key(self, base_sha256: str) -> str:
+        d = dict(self.__dict__, base=base_sha256, version=DATA_VERSION)
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Dataset:
+    tokens: np.ndarray        # int32, all sequences concatenated
+    offsets: np.ndarray       # int64, n + 1
+    n_prompt: np.ndarray      # int32 per sequence: tokens before the generated part (0: corpus)
+    is_val: np.ndarray        # bool per sequence
+    source: np.ndarray        # uint8 per sequence: 0 generated, 1 corpus
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def seq(self, i: int) -> np.ndarray:
+        return self.tokens[self.offsets[i]:self.offsets[i + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    def indices(self, val: bool) -> np.ndarray:
+        return np.flatnonzero(self.is_val == val)
+
+    def summary(self) -> dict:
+        lens = self.lengths()
+        out = {"sequences": len(self), "tokens": self.n_tokens}
+        for name, mask in (("train", ~self.is_val), ("val", self.is_val)):
+            out[f"{name}_sequences"] = int(mask.sum())
+            out[f"{name}_tokens"] = int(lens[mask].sum())
+        out["generated_sequences"] = int((self.source == 0).sum())
+        out["corpus_sequences"] = int((self.source == 1).sum())
+        gen = self.source == 0
+        if gen.any():
+            out["mean_generated_tokens"] = float((lens[gen] - self.n_prompt[gen]).mean())
+        return out
+
+    @staticmethod
+    def concat(parts: list["Dataset"]) -> "Dataset":
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            raise PymtpError("no training data (0 sequences)")
+        offs, base = [np.zeros(1, np.int64)], 0
+        for p in parts:
+            offs.append(p.offsets[1:] + base)
+            base += p.n_tokens
+        return Dataset(np.concatenate([p.tokens for p in parts]), np.concatenate(offs),
+                       np.concatenate([p.n_prompt for p in parts]), np.concatenate([p.is_val for p in parts]),
+                       np.concatenate([p.source for p in parts]))
+
+    @staticmethod
+    def from_seqs(seqs, n_prompt, is_val, source) -> "Dataset":
+        lens = np.array([len(s) for s in seqs], dtype=np.int64)
+        toks = np.concatenate([np.asarray(s, np.int32) for s in seqs]) if seqs else np.zeros(0, np.int32)
+        return Dataset(toks, np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+                       np.asarray(n_prompt, np.int32), np.asarray(is_val, bool), np.asarray(source, np.uint8))
+
+    def save(self, path) -> None:
+        path = Path(path)
+        tmp = path.with_name(path.name + ".part.npz")
+        np.savez(tmp, tokens=self.tokens, offsets=self.offsets, n_prompt=self.n_prompt,
+                 is_val=self.is_val, source=self.source)
+        os.replace(tmp, path)
+
+    @staticmethod
+    def load(path) -> "Dataset":
+        with np.load(path) as z:
+            return Dataset(z["tokens"], z["offsets"], z["n_prompt"], z["is_val"], z["source"])
+
+
+# --------------------------------------------------------------------------- generation
+
+def sample_plan(cfg: GenConfig):
+    """(prompts, [(prompt index, temperature, is_val)] per sample), deterministic by seed."""
+    n_unique = max(2, min(cfg.samples, MAX_UNIQUE_PROMPTS))
+    prompts = build_prompts(n_unique, seed=cfg.seed)
+    n_val = min(n_unique - 1, max(1, round(cfg.val_frac * n_unique)))
+    plan = []
+    for i in range(cfg.samples):
+        r = random.Random(f"{cfg.seed}:{i}")
+        temp = 0.0 if r.random() < cfg.greedy_frac else r.uniform(cfg.temp_min, cfg.temp_max)
+        pi = i % n_unique
+        plan.append((pi, temp, pi < n_val))
+    return prompts, plan
+
+
+def generate_dataset(model, tokenizer, cfg: GenConfig, cache_dir, base_sha256: str, *,
+                     gen_batch: int = 32, max_prompt_tokens: int = 512, progress: bool = True,
+                     log=print) -> Dataset:
+    """Sample the base's own continuations of the built-in prompts (cached in shards)."""
+    import torch
+
+    key = cfg.key(base_sha256)
+    root = Path(cache_dir) / f"gen-{key}"
+    final = root / "data.npz"
+    if final.is_file():
+        log(f"generated data: reusing {final}")
+        return Dataset.load(final)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(dict(cfg.__dict__, base_sha256=base_sha256,
+                                                      version=DATA_VERSION), indent=2))
+    prompts, plan = sample_plan(cfg)
+    prompt_toks = {}
+
+    def toks(pi):
+        if pi not in prompt_toks:
+            p = prompts[pi]
+            t = tokenizer.chat_tokens(p) if isinstance(p, list) else tokenizer.tokenize(p)
+            prompt_toks[pi] = t[:max_prompt_tokens]
+        return prompt_toks[pi]
+
+    n_shards = (cfg.samples + gen_batch - 1) // gen_batch
+    parts = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=cfg.samples, desc="generating", unit="seq", dynamic_ncols=True)
+    t0, n_new_tokens = time.time(), 0
+    for s in range(n_shards):
+        shard = root / f"shard-{s:05d}-of-{n_shards:05d}.npz"
+        rows = plan[s * gen_batch:(s + 1) * gen_batch]
+        if shard.is_file():
+            parts.append(Dataset.load(shard))
+        else:
+            ps = [toks(pi) for pi, _, _ in rows]
+            g = torch.Generator(device=model.device).manual_seed(cfg.seed * 1_000_003 + s)
+            outs = model.generate(ps, cfg.gen_tokens, [t for _, t, _ in rows], top_p=cfg.top_p,
+                                  eog_ids=tokenizer.eog_ids, generator=g)
+            n_new_tokens += sum(len(o) for o in outs)
+            seqs = [p + o for p, o in zip(ps, outs)]
+            keep = [i for i, q in enumerate(seqs) if len(q) >= MIN_SEQ_TOKENS]
+            ds = Dataset.from_seqs([seqs[i] for i in keep], [len(ps[i]) for i in keep],
+                                   [rows[i][2] for i in keep], [0] * len(keep))
+            ds.save(shard)
+            parts.append(ds)
+        if bar is not None:
+            bar.update(len(rows))
+            el = time.time() - t0
+            if n_new_tokens:
+                bar.set_postfix_str(f"{n_new_tokens / max(el, 1e-9):.0f} tok/s")
+    if bar is not None:
+        bar.close()
+    data = Dataset.concat(parts)
+    data.save(final)
+    return data
+
+
+# --------------------------------------------------------------------------- corpus
+
+def corpus_dataset(files, tokenizer, seq_len: int, val_every: int = 20) -> Dataset:
+    """Plain-text files cut into sequences of ``seq_len`` tokens (each starting with BOS where
+    the model adds one); every ``val_every``-th chunk is held out."""
+    seqs = []
+    for f in files:
+        try:
+            text = Path(f).read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise PymtpError(f"cannot read corpus file {f}: {e.strerror or e}") from e
+        ids = tokenizer.tokenize(text, add_special=False, parse_special=False)
+        bos = [tokenizer.bos_id] if tokenizer.add_bos and tokenizer.bos_id >= 0 else []
+        step = seq_len - len(bos)
+        for i in range(0, len(ids), step):
+            chunk = bos + ids[i:i + step]
+            if len(chunk) >= MIN_SEQ_TOKENS:
+                seqs.append(chunk)
+    n = len(seqs)
+    return Dataset.from_seqs(seqs, [0] * n, [(i % val_every) == val_every - 1 for i in range(n)], [1] * n)

@@ -1,0 +1,488 @@
+"""Train an MTP head by self-distillation and write it as a head-only GGUF.
+
+Per batch of sequences x_0..x_T (all starting at position 0, right-padded):
+  H = the frozen trunk's final-norm hidden states (cached for the whole data set when it fits);
+  pass 0 (teacher-forced, what the MTP KV cache holds): MTP position p sees (x_p, H_{p-1}),
+      H_{-1} = 0, and learns the base's next-token distribution at p: KL(softmax(LM(H_p)) ||
+      softmax(LM(out_p)));
+  pass s = 1..chain-1 (draft step s+1 at inference): position p sees (x_p, out^{s-1}_{p-1}) -
+      the head's own previous output - attending to pass 0's keys at <= p-s and the chain's own
+      keys, exactly like the MTP KV cache during drafting; same target, weight chain_weight^s.
+Optionally + ce_weight * CE(actual next token). Only the head trains (AdamW, warmup + cosine,
+grad clip, bf16 autocast on CUDA). Validation: top-1 agreement (head argmax == base argmax) per
+draft step on held-out sequences.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pymtp.errors import PymtpError
+
+from .data import Dataset, GenConfig, corpus_dataset, generate_dataset
+from .gguf_weights import load_base
+from .torch_model import BaseModel, MTPHead, rope_tables
+from .writer import write_head_gguf
+
+CKPT_VERSION = 1
+BF16_TRUNK_PARAMS = 4e9          # larger bases run their (frozen) trunk in bf16 on CUDA
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 2000
+    batch: int = 16
+    seq_len: int = 512
+    lr: float = 5e-4
+    min_lr_frac: float = 0.1
+    warmup: int = -1                  # -1: min(200, steps // 20)
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    device: str = "auto"
+    chain: int = 2                    # draft steps trained (1 = teacher-forced only)
+    chain_weight: float = 0.5         # loss weight of draft step s+1 relative to step s
+    ce_weight: float = 0.0            # + CE on the actual next token
+    init: str = "mix"
+    eval_every: int = -1              # -1: steps // 10
+    save_every: int = -1              # -1: steps // 20 (and at least every 10 minutes)
+    val_tokens: int = 65536           # cap on validation tokens
+    cache_gb: float = 8.0             # cache trunk hidden states (fp16, host memory) up to this size
+    loss_chunk: int = 4096            # rows per LM-head chunk in the loss
+    threads: int = 0                  # CPU threads for torch (0: torch's default)
+
+
+@dataclass
+class GraftJob:
+    base: Path
+    out: Path
+    train: TrainConfig = field(default_factory=TrainConfig)
+    gen: GenConfig = field(default_factory=GenConfig)
+    corpus: list = field(default_factory=list)
+    head_type: str = "f16"
+    resume: bool = False
+    report: Path | None = None
+    data_cache: Path | None = None
+    gen_batch: int = 0                # 0: 32 on CPU, 256 on CUDA
+    progress: bool = True
+
+    @property
+    def ckpt_path(self) -> Path:
+        return self.out.with_name(self.out.name + ".ckpt.pt")
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise PymtpError("--device cuda: PyTorch sees no CUDA device (torch.cuda.is_available() is False)")
+    if name not in ("cpu", "cuda"):
+        raise PymtpError(f"--device must be cpu, cuda or auto (got {name!r})")
+    return torch.device(name)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    warm = cfg.warmup if cfg.warmup >= 0 else min(200, cfg.steps // 20)
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    t = (step - warm) / max(1, cfg.steps - warm)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
+
+
+# --------------------------------------------------------------------------- hidden states
+
+class Hiddens:
+    """Trunk final-norm hidden states of the (truncated) sequences: cached (fp16, host memory)
+    or computed per batch. The trunk runs in its own dtype (float32, TF32 matmuls on CUDA, for
+    models up to BF16_TRUNK_PARAMS parameters; bf16 above), never under autocast."""
+
+    def __init__(self, base: BaseModel, data: Dataset, seq_len: int, cache_gb: float, device,
+                 autocast, progress: bool, log=print):
+        self.base, self.data, self.seq_len, self.device, self.autocast = base, data, seq_len, device, autocast
+        lens = np.minimum(data.lengths(), seq_len)
+        self.lens = lens
+        need = float(lens.sum()) * base.hp.n_embd * 2 / 1e9
+        self.cache = None
+        if need <= cache_gb:
+            self.offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+            self.cache = torch.empty(int(lens.sum()), base.hp.n_embd, dtype=torch.float16,
+                                     pin_memory=device.type == "cuda")
+            self._fill(progress, log)
+        else:
+            log(f"hidden states need {need:.1f} GB > --cache-gb {cache_gb:g}: computing them per batch")
+
+    def _fill(self, progress, log):
+        order = np.argsort(-self.lens, kind="stable")
+        budget = 16384 if self.device.type == "cuda" else 2048     # tokens per trunk batch
+        bar = None
+        if progress:
+            from tqdm import tqdm
+            bar = tqdm(total=int(self.lens.sum()), desc="trunk hiddens", unit="tok", dynamic_ncols=True)
+        i = 0
+        while i < len(order):
+            T = int(self.lens[order[i]])
+            n = max(1, budget // max(T, 1))
+            idx = order[i:i + n]
+            x = self.tokens(idx)
+            with torch.no_grad():
+                h = self.base(x).to("cpu", torch.float16)
+            for j, s in enumerate(idx):
+                L = int(self.lens[s])
+                self.cache[self.offsets[s]:self.offsets[s] + L] = h[j, :L]
+            if bar is not None:
+                bar.update(int(self.lens[idx].sum()))
+            i += n
+        if bar is not None:
+            bar.close()
+
+    def tokens(self, idx) -> torch.Tensor:
+        T = int(self.lens[idx].max())
+        x = torch.zeros(len(idx), T, dtype=torch.long)
+        for j, s in enumerate(idx):
+            seq = self.data.seq(int(s))[: self.lens[s]]
+            x[j, :len(seq)] = torch.from_numpy(seq.astype(np.int64))
+        return x.to(self.device)
+
+    def batch(self, idx):
+        """(tokens [B, T], valid mask [B, T], hidden [B, T, D]) on the device."""
+        x = self.tokens(idx)
+        B, T = x.shape
+        lens = torch.as_tensor(self.lens[idx], device=self.device)
+        mask = torch.arange(T, device=self.device)[None, :] < lens[:, None]
+        if self.cache is None:
+            with torch.no_grad():
+                h = self.base(x)
+        else:
+            h = torch.zeros(B, T, self.base.hp.n_embd, dtype=torch.float16, pin_memory=self.device.type == "cuda")
+            for j, s in enumerate(idx):
+                L = int(self.lens[s])
+                h[j, :L] = self.cache[self.offsets[s]:self.offsets[s] + L]
+            h = h.to(self.device, non_blocking=True).to(self.base.dtype)
+        return x, mask, h
+
+
+# --------------------------------------------------------------------------- loss
+
+class Distiller:
+    """Head passes + KL/CE against the base's own next-token distribution."""
+
+    def __init__(self, base: BaseModel, head: MTPHead, cfg: TrainConfig, device, autocast):
+        self.base, self.head, self.cfg, self.device, self.autocast = base, head, cfg, device, autocast
+        hp = base.hp
+        pos = torch.arange(cfg.seq_len, device=device)
+        # the MTP block is a global-attention layer with the model's (global) rope
+        self.cos, self.sin = rope_tables(pos, hp.n_rot, hp.rope_base, hp.rope_freq_scale, base.rope_freqs)
+        self.use_ckpt = device.type == "cuda"
+
+    def _chunk_loss(self, o, h, tgt):
+        """Per-row KL(teacher || student), CE and top-1 agreement of one chunk of rows."""
+        with torch.no_grad(), torch.autocast(self.device.type, enabled=False):
+            # the teacher in full precision (TF32 on CUDA), the student under autocast
+            t_logp = torch.log_softmax(self.base.logits(h.to(self.base.output.dtype)).float(), dim=-1)
+            t_arg = t_logp.argmax(-1)
+        s_logp = torch.log_softmax(self.base.logits(o).float(), dim=-1)
+        kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1)
+        if self.cfg.ce_weight:
+            ce = F.nll_loss(s_logp, tgt.clamp(min=0), reduction="none") * (tgt >= 0)
+        else:
+            ce = torch.zeros_like(kl)
+        agree = s_logp.detach().argmax(-1) == t_arg
+        return kl, ce, agree
+
+    def _loss_rows(self, o, h, tgt):
+        parts = []
+        for i in range(0, o.shape[0], self.cfg.loss_chunk):
+            args = (o[i:i + self.cfg.loss_chunk], h[i:i + self.cfg.loss_chunk], tgt[i:i + self.cfg.loss_chunk])
+            if self.use_ckpt and torch.is_grad_enabled():
+                from torch.utils.checkpoint import checkpoint
+                parts.append(checkpoint(self._chunk_loss, *args, use_reentrant=False))
+            else:
+                parts.append(self._chunk_loss(*args))
+        return tuple(torch.cat(p) for p in zip(*parts))
+
+    def __call__(self, x, valid, lmask, h, all_rows: bool = False):
+        """Loss (mean over the loss positions ``lmask``, weighted over draft steps) and per-step
+        stats: kl, agree (top-1 agreement over ``lmask``: the positions drafts are made at),
+        agree_all (over every ``valid`` position; with all_rows=True, else = agree), n."""
+        B, T = x.shape
+        cfg = self.cfg
+        cos, sin = self.cos[:T], self.sin[:T]
+        tgt = torch.full_like(x, -1)
+        tgt[:, :-1] = torch.where(valid[:, 1:], x[:, 1:], -1)
+        pos = torch.arange(T, device=x.device)
+        with self.autocast():
+            emb = self.base.tok_embd[x]
+            h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+            history, total, wsum, stats = [], 0.0, 0.0, []
+            for s in range(cfg.chain):
+                out, kv = self.head(emb, h_prev, cos, sin, history=history or None)
+                history.append(kv)
+                ok = pos[None, :] >= s
+                rows = (valid if all_rows else lmask) & ok
+                w = lmask[rows] & ok[rows.nonzero(as_tuple=True)[0] * 0, rows.nonzero(as_tuple=True)[1]]
+                n = int(w.sum())
+                if n == 0:
+                    break
+                kl, ce, agree = self._loss_rows(out[rows], h[rows], tgt[rows])
+                wf = w.float()
+                loss = ((kl + cfg.ce_weight * ce) * wf).sum() / n
+                ws = cfg.chain_weight ** s
+                total, wsum = total + ws * loss, wsum + ws
+                stats.append({"kl": float((kl.detach() * wf).sum()) / n, "agree": int((agree & w).sum()) / n,
+                              "agree_all": float(agree.float().mean()), "n": n, "n_all": int(rows.sum())})
+                h_prev = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
+        return total / wsum, stats
+
+
+# --------------------------------------------------------------------------- training
+
+def _batches(indices: np.ndarray, batch: int, rng: np.random.Generator):
+    while True:
+        perm = rng.permutation(indices)
+        for i in range(0, len(perm) - batch + 1 if len(perm) >= batch else 1, batch):
+            yield perm[i:i + batch]
+
+
+def evaluate(dist: Distiller, hid: Hiddens, idx: np.ndarray, batch: int) -> dict:
+    dist.head.eval()
+    acc = None
+    with torch.no_grad():
+        for i in range(0, len(idx), batch):
+            x, mask, h = hid.batch(idx[i:i + batch])
+            _, stats = dist(x, mask, h)
+            if acc is None:
+                acc = [{"kl": 0.0, "agree": 0.0, "n": 0} for _ in stats]
+            for a, s in zip(acc, stats):
+                a["kl"] += s["kl"] * s["n"]
+                a["agree"] += s["agree"] * s["n"]
+                a["n"] += s["n"]
+    dist.head.train()
+    per_step = [{"kl": a["kl"] / max(a["n"], 1), "agree": a["agree"] / max(a["n"], 1), "n": a["n"]}
+                for a in (acc or [])]
+    # rough expected accepted drafts per step for greedy drafting with k = chain drafts
+    est, run = 0.0, 1.0
+    for s in per_step:
+        run *= s["agree"]
+        est += run
+    return {"per_step": per_step, "agree": per_step[0]["agree"] if per_step else 0.0,
+            "kl": per_step[0]["kl"] if per_step else 0.0, "est_accepted_per_step": est}
+
+
+def _val_subset(data: Dataset, hid: Hiddens, cap: int, seed: int) -> np.ndarray:
+    idx = data.indices(True)
+    rng = np.random.default_rng(seed + 1)
+    idx = rng.permutation(idx)
+    out, n = [], 0
+    for i in idx:
+        if n >= cap:
+            break
+        out.append(i)
+        n += int(hid.lens[i])
+    return np.array(sorted(out, key=lambda i: -hid.lens[i]), dtype=np.int64)
+
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".part")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def graft(job: GraftJob, log=None) -> dict:
+    """Generate data, train the head, write the head GGUF; returns the report dict."""
+    log = log or (lambda msg: print(f"pymtp graft: {msg}", file=sys.stderr, flush=True))
+    cfg, gcfg = job.train, job.gen
+    t_start = time.time()
+    device = pick_device(cfg.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+
+    def autocast():
+        if device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast("cpu", enabled=False)
+
+    log(f"reading {job.base}")
+    base_g = load_base(job.base)
+    hp = base_g.hparams
+    log(f"{hp.arch}: {hp.n_layer} layers, n_embd {hp.n_embd}, {hp.n_head}/{hp.n_head_kv} heads, "
+        f"vocab {hp.n_vocab}; device {device}")
+    n_params = sum(t.numel() for t in base_g.tensors.values())
+    trunk_dtype = torch.bfloat16 if device.type == "cuda" and n_params > BF16_TRUNK_PARAMS else torch.float32
+    base = BaseModel(base_g, dtype=trunk_dtype, device=device)
+    head_init = MTPHead.from_base(base_g, init=cfg.init, seed=cfg.seed)
+    base_g.tensors = {}  # the BaseModel and the head hold what is needed
+
+    # ---- data
+    from .tokenizer import Tokenizer
+    cache_dir = Path(job.data_cache) if job.data_cache else default_cache_dir()
+    t0 = time.time()
+    with Tokenizer(job.base) as tok:
+        parts = []
+        if gcfg.samples > 0:
+            gen_batch = job.gen_batch or (256 if device.type == "cuda" else 32)
+            parts.append(generate_dataset(base, tok, gcfg, cache_dir, base_g.sha256, gen_batch=gen_batch,
+                                          progress=job.progress, log=log))
+        if job.corpus:
+            parts.append(corpus_dataset(job.corpus, tok, cfg.seq_len))
+    data = Dataset.concat(parts)
+    t_data = time.time() - t0
+    summary = data.summary()
+    log(f"data: {summary['train_sequences']} train / {summary['val_sequences']} val sequences, "
+        f"{summary['tokens']} tokens ({t_data:.0f} s)")
+    if summary["train_sequences"] == 0:
+        raise PymtpError("no training sequences (all data is held out): use more --samples")
+
+    t0 = time.time()
+    hid = Hiddens(base, data, cfg.seq_len, cfg.cache_gb, device, autocast, job.progress, log)
+    t_hidden = time.time() - t0
+
+    head = head_init.to(device)
+    dist = Distiller(base, head, cfg, device, autocast)
+    decay = [p for p in head.parameters() if p.dim() >= 2]
+    no_decay = [p for p in head.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
+                            fused=device.type == "cuda")
+    history = {"train": [], "val": []}
+    step = 0
+    ckpt = job.ckpt_path
+    settings_key = {"base_sha256": base_g.sha256, "data": gcfg.key(base_g.sha256),
+                    "corpus": sorted(str(c) for c in job.corpus), "seq_len": cfg.seq_len, "chain": cfg.chain}
+    if job.resume and ckpt.is_file():
+        state = torch.load(ckpt, map_location=device, weights_only=False)
+        if state.get("version") != CKPT_VERSION or state.get("key") != settings_key:
+            raise PymtpError(f"{ckpt} was written for another base/data/settings; delete it or drop --resume")
+        head.load_state_dict(state["head"])
+        opt.load_state_dict(state["opt"])
+        step, history = state["step"], state["history"]
+        log(f"resumed from {ckpt} at step {step}")
+    elif job.resume:
+        log(f"--resume: no checkpoint at {ckpt}, starting from scratch")
+
+    val_idx = _val_subset(data, hid, cfg.val_tokens, cfg.seed)
+    eval_every = cfg.eval_every if cfg.eval_every > 0 else max(1, cfg.steps // 10)
+    save_every = cfg.save_every if cfg.save_every > 0 else max(1, cfg.steps // 20)
+    eval_batch = max(cfg.batch, 1)
+
+    def save(step_now):
+        _atomic_save({"version": CKPT_VERSION, "key": settings_key, "head": head.state_dict(),
+                      "opt": opt.state_dict(), "step": step_now, "history": history,
+                      "train_config": asdict(cfg)}, ckpt)
+
+    if step == 0 and len(val_idx):
+        v = evaluate(dist, hid, val_idx, eval_batch)
+        history["val"].append({"step": 0, **v})
+        log(f"val at init: top-1 agreement {v['agree']:.3f}, KL {v['kl']:.3f}")
+
+    rng = np.random.default_rng(cfg.seed + 1000 * step)
+    batches = _batches(data.indices(False), min(cfg.batch, len(data.indices(False))), rng)
+    bar = None
+    if job.progress:
+        from tqdm import tqdm
+        bar = tqdm(total=cfg.steps, initial=step, desc="training", unit="step", dynamic_ncols=True)
+    t_train0 = time.time()
+    last_save = time.time()
+    ema_loss = ema_agree = None
+    n_tok_run, t_run0 = 0, time.time()
+    try:
+        while step < cfg.steps:
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, cfg)
+            x, mask, h = hid.batch(next(batches))
+            loss, stats = dist(x, mask, h)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
+            opt.step()
+            step += 1
+            lv, ag = float(loss.detach()), stats[0]["agree"]
+            ema_loss = lv if ema_loss is None else 0.95 * ema_loss + 0.05 * lv
+            ema_agree = ag if ema_agree is None else 0.95 * ema_agree + 0.05 * ag
+            n_tok_run += stats[0]["n"]
+            if step % 10 == 0 or step == cfg.steps or step <= 5:
+                history["train"].append({"step": step, "loss": lv, "agree": ag, "lr": lr_at(step - 1, cfg),
+                                         "grad_norm": float(gnorm)})
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"loss {ema_loss:.3f} top1 {ema_agree:.3f} "
+                                    f"{n_tok_run / max(time.time() - t_run0, 1e-9):.0f} tok/s")
+            if (step % eval_every == 0 or step == cfg.steps) and len(val_idx):
+                v = evaluate(dist, hid, val_idx, eval_batch)
+                history["val"].append({"step": step, **v})
+                msg = f"step {step}: val top-1 agreement {v['agree']:.3f}, KL {v['kl']:.3f}"
+                if len(v["per_step"]) > 1:
+                    msg += " (chained: " + ", ".join(f"{s['agree']:.3f}" for s in v["per_step"][1:]) + ")"
+                (bar.write if bar is not None else log)(msg)
+            if step % save_every == 0 or time.time() - last_save > 600:
+                save(step)
+                last_save = time.time()
+    except KeyboardInterrupt:
+        save(step)
+        if bar is not None:
+            bar.close()
+        log(f"interrupted at step {step}; checkpoint saved to {ckpt} (continue with --resume)")
+        raise
+    if bar is not None:
+        bar.close()
+    save(step)
+    t_train = time.time() - t_train0
+
+    final_val = history["val"][-1] if history["val"] else None
+    final_loss = ema_loss if ema_loss is not None else (history["train"][-1]["loss"] if history["train"] else None)
+    provenance = {
+        "version": 1,
+        "base_file": job.base.name,
+        "base_sha256": base_g.sha256,
+        "steps": int(step),
+        "final_loss": None if final_loss is None else float(final_loss),
+        "val_top1_agreement": None if final_val is None else float(final_val["agree"]),
+        "init": cfg.init,
+        "chain": int(cfg.chain),
+        "train_tokens": int(summary["train_tokens"]),
+    }
+    write_head_gguf(job.out, hp.arch, hp.n_layer, hp.n_embd, head.gguf_tensors(),
+                    name=f"{hp.name or job.base.stem} MTP head (pymtp graft)", head_type=job.head_type,
+                    provenance=provenance)
+    log(f"wrote {job.out}")
+    report = {
+        "base": {"path": str(job.base), "sha256": base_g.sha256, "hparams": hp.to_dict()},
+        "head": {"path": str(job.out), "type": job.head_type,
+                 "n_params": int(sum(p.numel() for p in head.parameters()))},
+        "settings": {"train": asdict(cfg), "gen": asdict(gcfg), "corpus": [str(c) for c in job.corpus],
+                     "device": str(device), "torch": torch.__version__},
+        "data": summary,
+        "final": {"step": step, "train_loss_ema": final_loss, "val": final_val},
+        "history": history,
+        "wall_s": {"data": t_data, "hidden_cache": t_hidden, "train": t_train, "total": time.time() - t_start},
+        "train_tokens_per_s": (n_tok_run / max(time.time() - t_run0, 1e-9)) if n_tok_run else None,
+    }
+    if job.report:
+        Path(job.report).write_text(json.dumps(report, indent=2))
+        log(f"report: {job.report}")
+    return report
+
+
+def default_cache_dir() -> Path:
+    """$PYMTP_CACHE_DIR/graft (or ~/.cache/pymtp/graft)."""
+    try:
+        from pymtp.default_model import cache_root
+    except ImportError:  # older layout
+        return Path(os.environ.get("PYMTP_CACHE_DIR") or Path.home() / ".cache" / "pymtp").expanduser() / "graft"
+    return cache_root() / "graft"

@@ -1,0 +1,146 @@
+"""Write a grafted MTP head as a head-only GGUF ("sidecar"), or merge it into the base.
+
+Head-only file (what llama.cpp loads next to the base, patch 0004):
+    general.architecture            the base's arch
+    general.name
+    <arch>.nextn_predict_layers     1
+    <arch>.block_count              n_layer + 1
+    <arch>.embedding_length         n_embd
+    pymtp.graft.*                   provenance (base file, base sha256, steps, final loss, ...)
+    tensors blk.{n_layer}.*         the block (base names) + nextn.eh_proj/enorm/hnorm/shared_head_norm
+
+Matrices are f16 (default) or q8_0; 1-D tensors (norms, biases) stay f32.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from pymtp.errors import PymtpError
+
+HEAD_TYPES = ("f16", "q8_0")
+PROVENANCE_PREFIX = "pymtp.graft."
+
+
+def _kv_type(value):
+    import gguf
+
+    if isinstance(value, bool):
+        return gguf.GGUFValueType.BOOL
+    if isinstance(value, int):
+        return gguf.GGUFValueType.UINT64 if value >= 0 else gguf.GGUFValueType.INT64
+    if isinstance(value, float):
+        return gguf.GGUFValueType.FLOAT32
+    return gguf.GGUFValueType.STRING
+
+
+def _add_tensor(gw, name: str, array: np.ndarray, head_type: str) -> None:
+    import gguf
+    from gguf.quants import quantize
+
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    if array.ndim < 2:
+        gw.add_tensor(name, array)
+    elif head_type == "q8_0" and array.shape[-1] % 32 == 0:
+        q = quantize(array, gguf.GGMLQuantizationType.Q8_0)
+        gw.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    else:
+        gw.add_tensor(name, array.astype(np.float16))
+
+
+def _atomic_target(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out.with_name(out.name + ".part")
+
+
+def write_head_gguf(out, arch: str, n_layer: int, n_embd: int, tensors: dict, *, name: str = "",
+                    head_type: str = "f16", provenance: dict | None = None) -> Path:
+    """Write the head-only GGUF. ``tensors``: {gguf name: float32 numpy (numpy-shaped)}."""
+    import gguf
+
+    if head_type not in HEAD_TYPES:
+        raise PymtpError(f"--type must be one of {', '.join(HEAD_TYPES)} (got {head_type!r})")
+    out = Path(out)
+    tmp = _atomic_target(out)
+    gw = gguf.GGUFWriter(str(tmp), arch)
+    try:
+        gw.add_name(name or "MTP head (pymtp graft)")
+        gw.add_uint32(f"{arch}.nextn_predict_layers", 1)
+        gw.add_uint32(f"{arch}.block_count", n_layer + 1)
+        gw.add_uint32(f"{arch}.embedding_length", n_embd)
+        for key, value in (provenance or {}).items():
+            if value is None:
+                continue
+            gw.add_key_value(PROVENANCE_PREFIX + key, value, _kv_type(value))
+        for tname in sorted(tensors):
+            _add_tensor(gw, tname, tensors[tname], head_type)
+        gw.write_header_to_file()
+        gw.write_kv_data_to_file()
+        gw.write_tensors_to_file()
+    finally:
+        gw.close()
+    os.replace(tmp, out)
+    return out
+
+
+def merge_head(base, head, out) -> Path:
+    """One GGUF = the base + the head's tensors, with <arch>.nextn_predict_layers = 1 and
+    <arch>.block_count = n_layer + 1 (the "head inside the main GGUF" variant). Tensors are
+    copied as stored (no requantization)."""
+    import gguf
+
+    base, head, out = Path(base), Path(head), Path(out)
+    rb, rh = gguf.GGUFReader(str(base)), gguf.GGUFReader(str(head))
+
+    def field(r, key):
+        f = r.get_field(key)
+        return None if f is None else f.contents()
+
+    arch = field(rb, "general.architecture")
+    if field(rh, "general.architecture") != arch:
+        raise PymtpError(f"the head is for '{field(rh, 'general.architecture')}', the base is '{arch}'")
+    n_layer = int(field(rb, f"{arch}.block_count"))
+    if int(field(rb, f"{arch}.nextn_predict_layers") or 0):
+        raise PymtpError(f"{base} already has MTP layers")
+    if int(field(rh, f"{arch}.block_count")) != n_layer + 1:
+        raise PymtpError(f"the head was trained for a base with {int(field(rh, f'{arch}.block_count')) - 1} "
+                         f"layers; {base} has {n_layer}")
+    base_names = {t.name for t in rb.tensors}
+    clash = [t.name for t in rh.tensors if t.name in base_names]
+    if clash:
+        raise PymtpError(f"head tensor {clash[0]} already exists in the base")
+
+    overrides = {f"{arch}.block_count": n_layer + 1}
+    tmp = _atomic_target(out)
+    gw = gguf.GGUFWriter(str(tmp), arch, endianess=rb.endianess)
+    try:
+        for f in rb.fields.values():
+            if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF."):
+                continue
+            if f.name == f"{arch}.nextn_predict_layers":
+                continue
+            vtype = f.types[0]
+            sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            value = overrides.get(f.name, f.contents())
+            gw.add_key_value(f.name, value, vtype, sub_type=sub)
+        gw.add_uint32(f"{arch}.nextn_predict_layers", 1)
+        for f in rh.fields.values():
+            if f.name.startswith(PROVENANCE_PREFIX):
+                gw.add_key_value(f.name, f.contents(), f.types[0])
+        tensors = list(rb.tensors) + list(rh.tensors)
+        for t in tensors:
+            gw.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+        gw.write_header_to_file()
+        gw.write_kv_data_to_file()
+        gw.write_ti_data_to_file()
+        for t in rb.tensors:
+            gw.write_tensor_data(t.data, tensor_endianess=rb.endianess)
+        for t in rh.tensors:
+            gw.write_tensor_data(t.data, tensor_endianess=rh.endianess)
+    finally:
+        gw.close()
+    os.replace(tmp, out)
+    return out

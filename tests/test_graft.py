@@ -1,0 +1,306 @@
+"""pymtp graft: the torch forward matches llama.cpp, and a tiny end-to-end graft run writes a head
+that llama.cpp loads and computes exactly like the trainer's torch head.
+
+The models are tiny random dense GGUFs written here (2 layers, n_embd 64, a synthetic 265-token
+byte-level BPE vocabulary), so everything runs in seconds on CPU. Needs PyTorch (the test extra
+installs it) and the native library; without either the tests fail.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import torch  # noqa: E402  (the test extra installs it: a missing torch must fail, not skip)
+import gguf  # noqa: E402
+
+from pymtp.chat_template import CHATML_TEMPLATE  # noqa: E402
+from pymtp.cli.main import main  # noqa: E402
+
+D, N_LAYER, N_HEAD, N_KV, HEAD_DIM, N_FF = 64, 2, 4, 2, 16, 128
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+
+
+# --------------------------------------------------------------------------- tiny models
+
+def _byte_vocab():
+    """GPT-2 style byte-level BPE: 256 byte tokens, 6 merges, ChatML specials."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    b2u = dict(zip(bs, [chr(c) for c in cs]))
+    pairs = [("Ġ", "t"), ("h", "e"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n")]
+    tokens = [b2u[b] for b in range(256)] + [a + b for a, b in pairs]
+    n_normal = len(tokens)
+    tokens += ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    return tokens, [1] * n_normal + [3] * 3, [f"{a} {b}" for a, b in pairs], n_normal
+
+
+def write_tiny(path, arch="llama", seed=0, f32=True, sliding_window=0):
+    """A trunk-only tiny model of ``arch`` (random weights; an untied LM head)."""
+    tokens, types, merges, n_normal = _byte_vocab()
+    V = len(tokens)
+    rng = np.random.default_rng(seed)
+    hd = 32 if arch in ("qwen3", "gemma3") else HEAD_DIM   # head_dim != n_embd / n_head
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"tiny-{arch}")
+    w.add_context_length(2048)
+    w.add_embedding_length(D)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_KV)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    if arch == "gemma3" and sliding_window:
+        w.add_sliding_window(sliding_window)
+        w.add_uint32("gemma3.attention.sliding_window_pattern", 2)
+        w.add_rope_freq_base_swa(1000.0)
+        w.add_final_logit_softcapping(20.0)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(n_normal)
+    w.add_eos_token_id(n_normal + 2)
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHATML_TEMPLATE)
+
+    def mat(name, shape, std):
+        a = rng.standard_normal(shape) * std
+        w.add_tensor(name, a.astype(np.float32 if f32 else np.float16))
+
+    def vec(name, n, nominal=1.0):
+        w.add_tensor(name, (nominal * rng.uniform(0.8, 1.2, n)).astype(np.float32))
+
+    mat("token_embd.weight", (V, D), 1.0)
+    mat("output.weight", (V, D), D ** -0.5 * 3)
+    vec("output_norm.weight", D)
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        vec(b + "attn_norm.weight", D)
+        vec(b + "ffn_norm.weight", D)
+        mat(b + "attn_q.weight", (N_HEAD * hd, D), D ** -0.5)
+        mat(b + "attn_k.weight", (N_KV * hd, D), D ** -0.5)
+        mat(b + "attn_v.weight", (N_KV * hd, D), D ** -0.5)
+        mat(b + "attn_output.weight", (D, N_HEAD * hd), 0.5 * (N_HEAD * hd) ** -0.5)
+        mat(b + "ffn_gate.weight", (N_FF, D), D ** -0.5)
+        mat(b + "ffn_up.weight", (N_FF, D), D ** -0.5)
+        mat(b + "ffn_down.weight", (D, N_FF), 0.5 * N_FF ** -0.5)
+        if arch == "qwen2":
+            for n, size in (("attn_q", N_HEAD * hd), ("attn_k", N_KV * hd), ("attn_v", N_KV * hd)):
+                w.add_tensor(b + n + ".bias", (0.1 * rng.standard_normal(size)).astype(np.float32))
+        if arch in ("qwen3", "gemma3"):
+            vec(b + "attn_q_norm.weight", hd)
+            vec(b + "attn_k_norm.weight", hd)
+        if arch == "gemma3":
+            vec(b + "post_attention_norm.weight", D)
+            vec(b + "post_ffw_norm.weight", D)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return write_tiny(tmp_path_factory.mktemp("graft") / "tiny-llama.gguf", "llama", seed=1)
+
+
+# --------------------------------------------------------------------------- torch vs llama.cpp
+
+@pytest.mark.parametrize("arch,window", [(a, 0) for a in ARCHS] + [("gemma3", 4)])
+def test_torch_trunk_matches_llama_cpp(tmp_path, arch, window):
+    from pymtp.graft.check import compare_trunk
+
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, seed=2, sliding_window=window)
+    seqs = [[72, 101, 108, 108, 111, 44, 32, 116, 104, 101, 114, 101, 33, 10, 87, 104, 97, 116]]
+    r = compare_trunk(path, seqs=seqs, n_threads=1)
+    scale = r["per_sequence"][0]["logit_scale"]
+    # f32 weights: what is left is float rounding (gemma3: ggml's f16 GELU table)
+    assert r["max_abs_diff_logits"] < 2e-3 * max(scale, 1.0), r
+    assert r["max_abs_diff_hidden"] < 2e-3, r
+    assert r["argmax_agreement"] == 1.0
+
+
+# --------------------------------------------------------------------------- end to end
+
+GRAFT_ARGS = ["--samples", "12", "--gen-tokens", "40", "--steps", "30", "--batch", "4", "--seq-len", "96",
+              "--lr", "3e-3", "--device", "cpu", "--quiet"]
+
+
+def expected_head_names(n_layer, arch="llama"):
+    L = n_layer
+    names = {f"blk.{L}.{s}.weight" for s in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                               "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+                                               "nextn.eh_proj", "nextn.enorm", "nextn.hnorm",
+                                               "nextn.shared_head_norm")}
+    return names
+
+
+@pytest.fixture(scope="module")
+def grafted(tiny_llama, tmp_path_factory):
+    out = tmp_path_factory.mktemp("graft-out")
+    head, report = out / "head.gguf", out / "report.json"
+    rc = main(["graft", str(tiny_llama), "-o", str(head), "--report", str(report),
+               "--data-cache", str(out / "cache"), *GRAFT_ARGS])
+    assert rc == 0
+    return head, json.loads(report.read_text()), out
+
+
+def test_graft_loss_decreases_and_agreement_improves(grafted):
+    _, report, _ = grafted
+    train = report["history"]["train"]
+    first = np.mean([r["loss"] for r in train[:3]])
+    last = np.mean([r["loss"] for r in train[-2:]])
+    assert last < 0.8 * first, train
+    val = report["history"]["val"]
+    assert val[0]["step"] == 0 and val[-1]["step"] == 30
+    assert val[-1]["kl"] < val[0]["kl"]
+    assert val[-1]["agree"] > val[0]["agree"]
+    assert len(val[-1]["per_step"]) == 2            # --chain 2 by default
+    assert report["data"]["train_sequences"] > 0 and report["data"]["val_sequences"] > 0
+    for key in ("data", "hidden_cache", "train", "total"):
+        assert report["wall_s"][key] >= 0
+
+
+def test_head_gguf_contract(grafted):
+    head, report, _ = grafted
+    r = gguf.GGUFReader(str(head))
+    names = {t.name for t in r.tensors}
+    assert names == expected_head_names(N_LAYER)
+    types = {t.name: t.tensor_type for t in r.tensors}
+    shapes = {t.name: [int(x) for x in t.shape] for t in r.tensors}
+    L = N_LAYER
+    assert shapes[f"blk.{L}.nextn.eh_proj.weight"] == [2 * D, D]          # ggml {2*n_embd, n_embd}
+    assert types[f"blk.{L}.nextn.eh_proj.weight"] == gguf.GGMLQuantizationType.F16
+    assert types[f"blk.{L}.attn_q.weight"] == gguf.GGMLQuantizationType.F16
+    for n in ("nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm", "attn_norm", "ffn_norm"):
+        assert types[f"blk.{L}.{n}.weight"] == gguf.GGMLQuantizationType.F32
+    kv = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    graft_kv = {k: v for k, v in kv.items() if k.startswith("pymtp.graft.")}
+    other = {k: v for k, v in kv.items() if not k.startswith("pymtp.graft.")}
+    assert set(other) == {"general.architecture", "general.name", "llama.nextn_predict_layers",
+                          "llama.block_count", "llama.embedding_length"}
+    assert other["general.architecture"] == "llama"
+    assert other["llama.nextn_predict_layers"] == 1
+    assert other["llama.block_count"] == N_LAYER + 1
+    assert other["llama.embedding_length"] == D
+    assert graft_kv["pymtp.graft.base_file"] == "tiny-llama.gguf"
+    assert len(graft_kv["pymtp.graft.base_sha256"]) == 64
+    assert graft_kv["pymtp.graft.steps"] == 30
+    assert graft_kv["pymtp.graft.final_loss"] > 0
+
+
+def test_merge_head(grafted, tiny_llama, tmp_path):
+    from pymtp.graft.writer import merge_head
+    from pymtp.gguf_meta import read_info
+
+    head, _, _ = grafted
+    merged = merge_head(tiny_llama, head, tmp_path / "merged.gguf")
+    info = read_info(merged)
+    assert info.n_mtp_layers == 1 and info.n_layer == N_LAYER + 1 and info.has_mtp_tensors
+    r = gguf.GGUFReader(str(merged))
+    names = {t.name for t in r.tensors}
+    base_names = {t.name for t in gguf.GGUFReader(str(tiny_llama)).tensors}
+    assert names == base_names | expected_head_names(N_LAYER)
+    assert r.get_field("tokenizer.chat_template").contents() == CHATML_TEMPLATE
+    assert r.get_field("pymtp.graft.steps").contents() == 30
+
+
+def test_llama_cpp_runs_the_grafted_head_like_torch(grafted, tiny_llama):
+    """The head file is loaded by llama.cpp (dense MTP graph) and its logits are the trainer's."""
+    from pymtp.graft.check import compare_head
+
+    head, _, _ = grafted
+    seqs = [[72, 101, 108, 108, 111, 44, 32, 116, 104, 101, 114, 101, 33, 10, 87, 104, 97, 116, 32, 105, 115]]
+    r = compare_head(tiny_llama, head, seqs=seqs, n_threads=1)
+    assert r["max_abs_diff_target_hidden"] < 2e-3, r
+    # f16 head matrices: llama.cpp rounds the activations to f16 for them as well
+    assert r["max_abs_diff_mtp_logits"] < 5e-2, r
+    assert r["mtp_argmax_agreement"] == 1.0, r
+
+
+def test_generation_uses_the_head(grafted, tiny_llama):
+    import pymtp
+
+    head, _, _ = grafted
+    with pymtp.Model(tiny_llama, mtp="on", mtp_head=head, n_draft=2, n_ctx=256, n_threads=1) as m:
+        assert m.mtp_enabled
+        out = m.generate("Hello", max_tokens=16)
+        assert out.stats.to_dict()["n_drafted"] > 0
+    with pymtp.Model(tiny_llama, mtp="off", n_ctx=256, n_threads=1) as m:
+        assert m.generate("Hello", max_tokens=16).tokens == out.tokens       # lossless
+
+
+def test_resume_continues_from_checkpoint(grafted, tiny_llama):
+    head, _, out = grafted
+    report2 = out / "report2.json"
+    rc = main(["graft", str(tiny_llama), "-o", str(head), "--report", str(report2), "--resume",
+               "--data-cache", str(out / "cache"), *GRAFT_ARGS[:5], "36", *GRAFT_ARGS[6:]])
+    assert rc == 0
+    rep = json.loads(report2.read_text())
+    assert rep["final"]["step"] == 36
+    steps = [r["step"] for r in rep["history"]["train"]]
+    assert steps[0] == 1 and steps[-1] == 36 and 30 in steps   # history carried over
+    assert rep["wall_s"]["data"] < 30                              # generated data reused
+
+
+def test_q8_0_head(tmp_path):
+    from pymtp.graft.writer import write_head_gguf
+
+    rng = np.random.default_rng(0)
+    tensors = {"blk.2.attn_q.weight": rng.standard_normal((64, 64)).astype(np.float32),
+               "blk.2.attn_norm.weight": np.ones(64, np.float32)}
+    path = write_head_gguf(tmp_path / "h.gguf", "llama", 2, 64, tensors, head_type="q8_0")
+    r = gguf.GGUFReader(str(path))
+    types = {t.name: t.tensor_type for t in r.tensors}
+    assert types["blk.2.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0
+    assert types["blk.2.attn_norm.weight"] == gguf.GGMLQuantizationType.F32
+
+
+def test_missing_torch_is_one_clear_line(monkeypatch, capsys, tiny_llama, tmp_path):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    rc = main(["graft", str(tiny_llama), "-o", str(tmp_path / "h.gguf")])
+    assert rc == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pymtp: error: pymtp graft needs PyTorch: pip install 'pymtp[graft]'"]
+
+
+def test_prompt_set_is_varied_and_deterministic():
+    from pymtp.graft.prompts import build_prompts
+
+    a, b = build_prompts(600, seed=3), build_prompts(600, seed=3)
+    assert a == b
+    texts = [p if isinstance(p, str) else p[-1]["content"] for p in a]
+    assert len({json.dumps(p) for p in a}) == 600
+    raw = sum(isinstance(p, str) for p in a)
+    assert 20 < raw < 150
+    assert sum("def " in t or "function" in t or "program" in t for t in texts) > 30
+
+
+@pytest.mark.parametrize("arch,window", [("llama", 0), ("gemma3", 4)])
+def test_torch_kv_cached_generation_matches_llama_cpp(tmp_path, arch, window):
+    """Batched, left-padded, KV-cached greedy sampling in torch == llama.cpp greedy decoding."""
+    import pymtp
+    from pymtp.graft.gguf_weights import load_base
+    from pymtp.graft.torch_model import BaseModel
+
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, seed=5, sliding_window=window)
+    prompts = [[72, 101, 108, 108, 111], [87, 104, 97, 116, 32, 105, 115, 32, 97, 110, 32, 97]]
+    base = BaseModel(load_base(path, with_sha=False))
+    got = base.generate(prompts, 12, [0.0, 0.0], eog_ids=())
+    with pymtp.Model(path, mtp="off", n_ctx=256, n_threads=1) as m:
+        want = [m.generate(p, max_tokens=12, temperature=0.0).tokens for p in prompts]
+    assert got == want

@@ -1,0 +1,30 @@
+"""The package ships a trained MTP head for its built-in model, and uses it by default."""
+
+from __future__ import annotations
+
+import gguf
+
+from pymtp import default_model
+
+
+def test_shipped_head_is_a_small_llama_head():
+    head = default_model.SHIPPED_HEAD
+    assert head.is_file(), f"{head} is missing from the package"
+    assert head.stat().st_size <= 16 * 1024 * 1024
+    r = gguf.GGUFReader(head)
+    kv = {f.name: f.contents() for f in r.fields.values() if f.name in (
+        "general.architecture", "llama.nextn_predict_layers", "llama.block_count", "llama.embedding_length")}
+    assert kv == {"general.architecture": "llama", "llama.nextn_predict_layers": 1,
+                  "llama.block_count": 31, "llama.embedding_length": 576}
+    names = {t.name for t in r.tensors}
+    assert "blk.30.nextn.eh_proj.weight" in names and all(n.startswith("blk.30.") for n in names)
+
+
+def test_built_in_model_gets_the_shipped_head(tmp_path):
+    fake = tmp_path / default_model.GGUF_FILENAME
+    with open(fake, "wb") as f:
+        f.truncate(default_model.GGUF_SIZE)
+    assert default_model.shipped_head_for(fake) == default_model.SHIPPED_HEAD
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF")
+    assert default_model.shipped_head_for(other) is None
