@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import InvalidArgumentError, ModelFileError, ModelLoadError, MTPUnavailableError
 from .._native import llama as L
+from .._native import vocab as vocab_calls
 
 GGUF_MAGIC = b"GGUF"
 SIDECAR_SUFFIX = ".mtp.gguf"   # <model stem>.mtp.gguf next to a model: its MTP head, found automatically
@@ -218,23 +219,10 @@ class Runtime:
         return tpl.decode("utf-8", "replace") if tpl else None
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        raw = text.encode("utf-8")
-        cap = len(raw) + 16
-        buf = (L.llama_token * cap)()
-        n = self.lib.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (L.llama_token * cap)()
-            n = self.lib.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
-        return list(buf[:n])
+        return vocab_calls.tokenize(self.vocab, text, add_special, parse_special)
 
     def token_piece(self, token: int, special: bool = False) -> bytes:
-        buf = C.create_string_buffer(64)
-        n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = C.create_string_buffer(-n)
-            n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        return buf.raw[:n]
+        return vocab_calls.token_piece(self.vocab, token, special)
 
     def is_eog(self, token: int) -> bool:
         return bool(self.lib.llama_vocab_is_eog(self.vocab, token))
