@@ -15,7 +15,7 @@ loads next to the base (--mtp-head, or <model>.mtp.gguf beside the model).
 
 1. data: the base model generates text from a built-in, varied prompt set
    (questions, writing, code, math, rewriting; chat-formatted with the model's
-   own template; sampled at T~0.8-1.0, some greedy), plus optional --corpus
+   own template; half greedy, half sampled at T~0.8-1.0), plus optional --corpus
    text files; cached in --data-cache and reused;
 2. training: only the head trains (one decoder block of the base's own kind,
    initialised from its last layer, + eh_proj/enorm/hnorm/shared_head_norm; the
@@ -30,7 +30,7 @@ Architectures: llama, qwen2, qwen3, gemma3 (dense). Uses CUDA when available."""
 EPILOG = """\
 examples:
   pymtp graft -o smollm2.mtp.gguf                      # the built-in model, default recipe
-  pymtp graft base.gguf -o head.gguf --samples 8000 --steps 6000 --report graft.json
+  pymtp graft base.gguf -o head.gguf --report graft.json   # ~10 min on one H100 for SmolLM2
   pymtp graft base.gguf -o head.gguf --device cpu --samples 64 --steps 200 --batch 4 --seq-len 256
   pymtp graft base.gguf -o head.gguf --resume           # continue an interrupted run
   pymtp generate base.gguf --mtp-head head.gguf -p "Hello"   # use the head"""
@@ -44,11 +44,11 @@ def register(subparsers) -> None:
     common.add_model_arg(p)
     p.add_argument("-o", "--output", required=True, metavar="HEAD.gguf", help="the head GGUF to write")
     g = p.add_argument_group("training")
-    g.add_argument("--steps", type=int, default=4000, metavar="N", help="optimizer steps (default: 4000)")
+    g.add_argument("--steps", type=int, default=6000, metavar="N", help="optimizer steps (default: 6000)")
     g.add_argument("--batch", type=int, default=16, metavar="B", help="sequences per step (default: 16)")
     g.add_argument("--seq-len", type=int, default=512, metavar="L",
                    help="tokens per sequence, longer ones are cut (default: 512)")
-    g.add_argument("--lr", type=float, default=5e-4, metavar="LR", help="peak learning rate (default: 5e-4)")
+    g.add_argument("--lr", type=float, default=1e-3, metavar="LR", help="peak learning rate (default: 1e-3)")
     g.add_argument("--seed", type=int, default=0, metavar="S", help="seed for data and training (default: 0)")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where to train (default: auto = cuda if available)")
@@ -61,6 +61,10 @@ def register(subparsers) -> None:
     g.add_argument("--init", choices=("mix", "h", "e"), default="mix",
                    help="eh_proj initialisation: mix = [I/2 | I/2], h = [0 | I], e = [I | 0] "
                         "(default: mix)")
+    g.add_argument("--loss-positions", choices=("generated", "all"), default="generated",
+                   help="positions trained and validated: generated = where drafts are made (the "
+                        "generated part of each sequence; all of a --corpus text), all = prompts too "
+                        "(default: generated)")
     g.add_argument("--ce-weight", type=float, default=0.0, metavar="W",
                    help="add W x cross-entropy on the actual next token to the KL loss (default: 0)")
     g.add_argument("--resume", action="store_true",
@@ -68,12 +72,16 @@ def register(subparsers) -> None:
     g.add_argument("--report", type=Path, default=None, metavar="FILE.json",
                    help="write a JSON report (settings, losses, validation, timings)")
     d = p.add_argument_group("data")
-    d.add_argument("--samples", type=int, default=4000, metavar="N",
-                   help="sequences the base generates for training (default: 4000)")
-    d.add_argument("--gen-tokens", type=int, default=384, metavar="T",
-                   help="new tokens per generated sequence, at most (default: 384)")
+    d.add_argument("--samples", type=int, default=10000, metavar="N",
+                   help="sequences the base generates for training (default: 10000)")
+    d.add_argument("--gen-tokens", type=int, default=256, metavar="T",
+                   help="new tokens per generated sequence, at most (default: 256)")
+    d.add_argument("--greedy-frac", type=float, default=0.5, metavar="F",
+                   help="share of the sequences generated greedily, the rest sampled at T~0.8-1.0 "
+                        "(default: 0.5)")
     d.add_argument("--gen-batch", type=int, default=0, metavar="B",
-                   help="sequences generated at once (default: 256 on CUDA, 32 on CPU)")
+                   help="sequences generated at once (default: as many as ~30%% of free GPU memory "
+                        "holds, at most 1024; 32 on CPU)")
     d.add_argument("--corpus", nargs="+", default=[], metavar="FILE",
                    help="plain-text files to train on as well")
     d.add_argument("--data-cache", type=Path, default=None, metavar="DIR",
@@ -107,6 +115,7 @@ def validate(args) -> None:
     check(args.samples == 0 or args.samples >= 2, f"--samples must be >= 2 (got {args.samples})")
     check(args.gen_tokens >= 1, f"--gen-tokens must be >= 1 (got {args.gen_tokens})")
     check(args.gen_batch >= 0, f"--gen-batch must be >= 0 (got {args.gen_batch})")
+    check(0 <= args.greedy_frac <= 1, f"--greedy-frac must be in 0..1 (got {args.greedy_frac})")
     check(args.ce_weight >= 0, f"--ce-weight must be >= 0 (got {args.ce_weight})")
     check(args.cache_gb >= 0, f"--cache-gb must be >= 0 (got {args.cache_gb})")
     for f in args.corpus:
@@ -134,8 +143,10 @@ def run(args: argparse.Namespace) -> int:
         base=Path(base), out=out,
         train=TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
                           seed=args.seed, device=args.device, chain=args.chain, init=args.init,
-                          ce_weight=args.ce_weight, cache_gb=args.cache_gb, threads=args.threads),
-        gen=GenConfig(samples=args.samples, gen_tokens=args.gen_tokens, seed=args.seed),
+                          ce_weight=args.ce_weight, cache_gb=args.cache_gb, threads=args.threads,
+                          loss_positions=args.loss_positions),
+        gen=GenConfig(samples=args.samples, gen_tokens=args.gen_tokens, seed=args.seed,
+                      greedy_frac=args.greedy_frac),
         corpus=[Path(f) for f in args.corpus], head_type=args.head_type, resume=args.resume,
         report=args.report, data_cache=args.data_cache, gen_batch=args.gen_batch,
         progress=not args.quiet,

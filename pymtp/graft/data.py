@@ -1,7 +1,8 @@
-"""Training data: text the base model itself generates from the built-in prompt set (sampled,
-temperature ~U(0.8, 1.0) with a share of greedy rows, top-p 0.95), plus optional plain-text
-corpus files, as token ids. Generated data is cached on disk in shards (npz), so an interrupted
-run resumes generation where it stopped and later runs with the same settings reuse it.
+"""Training data: text the base model itself generates from the built-in prompt set (half of it
+greedy - pymtp's default decoding - half sampled at temperature ~U(0.8, 1.0), top-p 0.95), plus
+optional plain-text corpus files, as token ids. Generated data is cached on disk in shards (npz),
+so an interrupted run resumes generation where it stopped and later runs with the same settings
+reuse it.
 
 Held-out validation sequences come from prompts never used for training (and every 20th
 corpus chunk).
@@ -30,12 +31,12 @@ MIN_SEQ_TOKENS = 4
 
 @dataclass(frozen=True)
 class GenConfig:
-    samples: int = 64                 # generated sequences
+    samples: int = 10000              # generated sequences
     gen_tokens: int = 256             # new tokens per sequence (at most)
     seed: int = 0
     temp_min: float = 0.8
     temp_max: float = 1.0
-    greedy_frac: float = 0.2          # share of sequences decoded greedily (pymtp's default mode)
+    greedy_frac: float = 0.5          # share of sequences decoded greedily (pymtp's default mode)
     top_p: float = 0.95
     val_frac: float = 0.05            # share of prompts held out for validation
 

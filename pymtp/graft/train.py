@@ -41,10 +41,10 @@ BF16_TRUNK_PARAMS = 4e9          # larger bases run their (frozen) trunk in bf16
 
 @dataclass
 class TrainConfig:
-    steps: int = 2000
+    steps: int = 6000
     batch: int = 16
     seq_len: int = 512
-    lr: float = 5e-4
+    lr: float = 1e-3
     min_lr_frac: float = 0.1
     warmup: int = -1                  # -1: min(200, steps // 20)
     weight_decay: float = 0.01
@@ -61,6 +61,7 @@ class TrainConfig:
     cache_gb: float = 8.0             # cache trunk hidden states (fp16, host memory) up to this size
     loss_chunk: int = 4096            # rows per LM-head chunk in the loss
     threads: int = 0                  # CPU threads for torch (0: torch's default)
+    loss_positions: str = "generated"  # "generated": where drafts are made (corpus: all); "all"
 
 
 @dataclass
@@ -108,10 +109,14 @@ class Hiddens:
     models up to BF16_TRUNK_PARAMS parameters; bf16 above), never under autocast."""
 
     def __init__(self, base: BaseModel, data: Dataset, seq_len: int, cache_gb: float, device,
-                 autocast, progress: bool, log=print):
-        self.base, self.data, self.seq_len, self.device, self.autocast = base, data, seq_len, device, autocast
+                 progress: bool, log=print, loss_positions: str = "generated"):
+        self.base, self.data, self.seq_len, self.device = base, data, seq_len, device
         lens = np.minimum(data.lengths(), seq_len)
         self.lens = lens
+        # first position of the loss (where drafts are made: the generated part; corpus: all)
+        self.start = np.zeros(len(data), dtype=np.int64)
+        if loss_positions == "generated":
+            self.start = np.where(data.source == 0, data.n_prompt, 0).astype(np.int64)
         need = float(lens.sum()) * base.hp.n_embd * 2 / 1e9
         self.cache = None
         if need <= cache_gb:
@@ -154,12 +159,18 @@ class Hiddens:
             x[j, :len(seq)] = torch.from_numpy(seq.astype(np.int64))
         return x.to(self.device)
 
+    def has_loss(self, idx) -> np.ndarray:
+        return np.asarray(idx)[self.start[idx] < self.lens[idx]]
+
     def batch(self, idx):
-        """(tokens [B, T], valid mask [B, T], hidden [B, T, D]) on the device."""
+        """(tokens [B, T], valid [B, T], loss positions [B, T], hidden [B, T, D]) on the device."""
         x = self.tokens(idx)
         B, T = x.shape
         lens = torch.as_tensor(self.lens[idx], device=self.device)
-        mask = torch.arange(T, device=self.device)[None, :] < lens[:, None]
+        start = torch.as_tensor(self.start[idx], device=self.device)
+        pos = torch.arange(T, device=self.device)[None, :]
+        mask = pos < lens[:, None]
+        lmask = mask & (pos >= start[:, None])
         if self.cache is None:
             with torch.no_grad():
                 h = self.base(x)
@@ -169,7 +180,7 @@ class Hiddens:
                 L = int(self.lens[s])
                 h[j, :L] = self.cache[self.offsets[s]:self.offsets[s] + L]
             h = h.to(self.device, non_blocking=True).to(self.base.dtype)
-        return x, mask, h
+        return x, mask, lmask, h
 
 
 # --------------------------------------------------------------------------- loss
@@ -230,7 +241,7 @@ class Distiller:
                 history.append(kv)
                 ok = pos[None, :] >= s
                 rows = (valid if all_rows else lmask) & ok
-                w = lmask[rows] & ok[rows.nonzero(as_tuple=True)[0] * 0, rows.nonzero(as_tuple=True)[1]]
+                w = lmask[rows]
                 n = int(w.sum())
                 if n == 0:
                     break
@@ -255,32 +266,37 @@ def _batches(indices: np.ndarray, batch: int, rng: np.random.Generator):
 
 
 def evaluate(dist: Distiller, hid: Hiddens, idx: np.ndarray, batch: int) -> dict:
+    """Validation: per draft step, KL and top-1 agreement over the positions drafts are made at
+    (agree), and agreement over every position (agree_all: includes the prompt's)."""
     dist.head.eval()
     acc = None
     with torch.no_grad():
         for i in range(0, len(idx), batch):
-            x, mask, h = hid.batch(idx[i:i + batch])
-            _, stats = dist(x, mask, h)
+            x, valid, lmask, h = hid.batch(idx[i:i + batch])
+            _, stats = dist(x, valid, lmask, h, all_rows=True)
             if acc is None:
-                acc = [{"kl": 0.0, "agree": 0.0, "n": 0} for _ in stats]
-            for a, s in zip(acc, stats):
-                a["kl"] += s["kl"] * s["n"]
-                a["agree"] += s["agree"] * s["n"]
-                a["n"] += s["n"]
+                acc = [{"kl": 0.0, "agree": 0.0, "agree_all": 0.0, "n": 0, "n_all": 0} for _ in stats]
+            for a, st in zip(acc, stats):
+                a["kl"] += st["kl"] * st["n"]
+                a["agree"] += st["agree"] * st["n"]
+                a["agree_all"] += st["agree_all"] * st["n_all"]
+                a["n"] += st["n"]
+                a["n_all"] += st["n_all"]
     dist.head.train()
-    per_step = [{"kl": a["kl"] / max(a["n"], 1), "agree": a["agree"] / max(a["n"], 1), "n": a["n"]}
-                for a in (acc or [])]
-    # rough expected accepted drafts per step for greedy drafting with k = chain drafts
+    per_step = [{"kl": a["kl"] / max(a["n"], 1), "agree": a["agree"] / max(a["n"], 1),
+                 "agree_all": a["agree_all"] / max(a["n_all"], 1), "n": a["n"]} for a in (acc or [])]
+    # rough expected accepted drafts per step for greedy drafting of len(per_step) tokens
     est, run = 0.0, 1.0
-    for s in per_step:
-        run *= s["agree"]
+    for st in per_step:
+        run *= st["agree"]
         est += run
-    return {"per_step": per_step, "agree": per_step[0]["agree"] if per_step else 0.0,
-            "kl": per_step[0]["kl"] if per_step else 0.0, "est_accepted_per_step": est}
+    first = per_step[0] if per_step else {"agree": 0.0, "kl": 0.0, "agree_all": 0.0}
+    return {"per_step": per_step, "agree": first["agree"], "kl": first["kl"],
+            "agree_all": first["agree_all"], "est_accepted_per_step": est}
 
 
 def _val_subset(data: Dataset, hid: Hiddens, cap: int, seed: int) -> np.ndarray:
-    idx = data.indices(True)
+    idx = hid.has_loss(data.indices(True))
     rng = np.random.default_rng(seed + 1)
     idx = rng.permutation(idx)
     out, n = [], 0
@@ -335,7 +351,7 @@ def graft(job: GraftJob, log=None) -> dict:
     with Tokenizer(job.base) as tok:
         parts = []
         if gcfg.samples > 0:
-            gen_batch = job.gen_batch or (256 if device.type == "cuda" else 32)
+            gen_batch = job.gen_batch or auto_gen_batch(base, gcfg, device)
             parts.append(generate_dataset(base, tok, gcfg, cache_dir, base_g.sha256, gen_batch=gen_batch,
                                           progress=job.progress, log=log))
         if job.corpus:
@@ -349,7 +365,7 @@ def graft(job: GraftJob, log=None) -> dict:
         raise PymtpError("no training sequences (all data is held out): use more --samples")
 
     t0 = time.time()
-    hid = Hiddens(base, data, cfg.seq_len, cfg.cache_gb, device, autocast, job.progress, log)
+    hid = Hiddens(base, data, cfg.seq_len, cfg.cache_gb, device, job.progress, log, cfg.loss_positions)
     t_hidden = time.time() - t0
 
     head = head_init.to(device)
@@ -364,7 +380,8 @@ def graft(job: GraftJob, log=None) -> dict:
     step = 0
     ckpt = job.ckpt_path
     settings_key = {"base_sha256": base_g.sha256, "data": gcfg.key(base_g.sha256),
-                    "corpus": sorted(str(c) for c in job.corpus), "seq_len": cfg.seq_len, "chain": cfg.chain}
+                    "corpus": sorted(str(c) for c in job.corpus), "seq_len": cfg.seq_len, "chain": cfg.chain,
+                    "loss_positions": cfg.loss_positions}
     if job.resume and ckpt.is_file():
         state = torch.load(ckpt, map_location=device, weights_only=False)
         if state.get("version") != CKPT_VERSION or state.get("key") != settings_key:
@@ -389,10 +406,14 @@ def graft(job: GraftJob, log=None) -> dict:
     if step == 0 and len(val_idx):
         v = evaluate(dist, hid, val_idx, eval_batch)
         history["val"].append({"step": 0, **v})
-        log(f"val at init: top-1 agreement {v['agree']:.3f}, KL {v['kl']:.3f}")
+        log(f"val at init: top-1 agreement {v['agree']:.3f} (all positions {v['agree_all']:.3f}), "
+            f"KL {v['kl']:.3f}")
 
     rng = np.random.default_rng(cfg.seed + 1000 * step)
-    batches = _batches(data.indices(False), min(cfg.batch, len(data.indices(False))), rng)
+    train_idx = hid.has_loss(data.indices(False))
+    if len(train_idx) == 0:
+        raise PymtpError("no training positions: every training sequence is all prompt (raise --seq-len)")
+    batches = _batches(train_idx, min(cfg.batch, len(train_idx)), rng)
     bar = None
     if job.progress:
         from tqdm import tqdm
@@ -405,8 +426,8 @@ def graft(job: GraftJob, log=None) -> dict:
         while step < cfg.steps:
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, cfg)
-            x, mask, h = hid.batch(next(batches))
-            loss, stats = dist(x, mask, h)
+            x, valid, lmask, h = hid.batch(next(batches))
+            loss, stats = dist(x, valid, lmask, h)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
@@ -426,7 +447,8 @@ def graft(job: GraftJob, log=None) -> dict:
             if (step % eval_every == 0 or step == cfg.steps) and len(val_idx):
                 v = evaluate(dist, hid, val_idx, eval_batch)
                 history["val"].append({"step": step, **v})
-                msg = f"step {step}: val top-1 agreement {v['agree']:.3f}, KL {v['kl']:.3f}"
+                msg = (f"step {step}: val top-1 agreement {v['agree']:.3f} (all positions "
+                       f"{v['agree_all']:.3f}), KL {v['kl']:.3f}")
                 if len(v["per_step"]) > 1:
                     msg += " (chained: " + ", ".join(f"{s['agree']:.3f}" for s in v["per_step"][1:]) + ")"
                 (bar.write if bar is not None else log)(msg)
@@ -477,6 +499,19 @@ def graft(job: GraftJob, log=None) -> dict:
         Path(job.report).write_text(json.dumps(report, indent=2))
         log(f"report: {job.report}")
     return report
+
+
+def auto_gen_batch(base: BaseModel, gcfg: GenConfig, device) -> int:
+    """Sequences generated at once: 32 on CPU; on CUDA as many as ~30% of the free memory holds
+    (KV cache + logits and sampling buffers), between 8 and 1024."""
+    if device.type != "cuda":
+        return 32
+    hp = base.hp
+    free, _ = torch.cuda.mem_get_info(device)
+    elem = torch.finfo(base.dtype).bits // 8
+    t_max = 128 + gcfg.gen_tokens                      # built-in prompts are short
+    per_seq = 2 * hp.n_layer * hp.n_head_kv * hp.head_dim * t_max * elem + 8 * hp.n_vocab * 4
+    return int(max(8, min(1024, 0.3 * free // per_seq)))
 
 
 def default_cache_dir() -> Path:
