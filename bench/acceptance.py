@@ -38,6 +38,7 @@ def main() -> int:
     steps = accepted = generated = 0
     t0 = time.time()
     with pymtp.Model(args.model, mtp="on", n_draft=args.k, mtp_head=args.mtp_head, n_threads=args.threads) as m:
+        model_path, head_path = str(m.path), str(m.mtp_head)
         for i, text in enumerate(prompts):
             s = m.chat([{"role": "user", "content": text}], max_tokens=args.n, draft="greedy").stats
             for j, (a, d) in enumerate(zip(s.accepted_per_position, s.drafted_per_position)):
@@ -50,7 +51,7 @@ def main() -> int:
     print(file=sys.stderr)
     a = [x / d if d else 0.0 for x, d in zip(acc, dra)]
     al = [1 + sum(a[:k]) for k in range(1, args.k + 1)]
-    result = {"model": str(m.path), "head": str(m.mtp_head), "prompts": args.prompts, "n_prompts": len(prompts),
+    result = {"model": model_path, "head": head_path, "prompts": args.prompts, "n_prompts": len(prompts),
               "max_tokens": args.n, "k": args.k, "accept_per_position": a, "AL_by_k": al,
               "measured_AL_at_k": (accepted + steps) / steps if steps else 1.0, "n_generated": generated,
               "wall_s": time.time() - t0}
