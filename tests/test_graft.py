@@ -141,7 +141,7 @@ GRAFT_ARGS = ["--samples", "12", "--gen-tokens", "40", "--steps", "30", "--batch
               "--lr", "3e-3", "--device", "cpu", "--threads", "1", "--quiet"]
 
 
-def expected_head_names(n_layer, arch="llama"):
+def expected_head_names(n_layer):
     L = n_layer
     names = {f"blk.{L}.{s}.weight" for s in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                                "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
@@ -150,12 +150,18 @@ def expected_head_names(n_layer, arch="llama"):
     return names
 
 
+CORPUS = ("The quick brown fox jumps over the lazy dog. " * 8 + "\n\n"
+          + "In the beginning there was the word, and the word was written down. " * 12)
+
+
 @pytest.fixture(scope="module")
 def grafted(tiny_llama, tmp_path_factory):
     out = tmp_path_factory.mktemp("graft-out")
     head, report = out / "head.gguf", out / "report.json"
+    corpus = out / "corpus.txt"
+    corpus.write_text(CORPUS)
     rc = main(["graft", str(tiny_llama), "-o", str(head), "--report", str(report),
-               "--data-cache", str(out / "cache"), *GRAFT_ARGS])
+               "--data-cache", str(out / "cache"), "--corpus", str(corpus), *GRAFT_ARGS])
     assert rc == 0
     return head, json.loads(report.read_text()), out
 
@@ -173,6 +179,7 @@ def test_graft_loss_decreases_and_agreement_improves(grafted):
     assert len(val[-1]["per_step"]) == 2            # --chain 2 by default
     assert 0 <= val[-1]["agree_all"] <= 1
     assert report["data"]["train_sequences"] > 0 and report["data"]["val_sequences"] > 0
+    assert report["data"]["generated_sequences"] == 12 and report["data"]["corpus_sequences"] >= 3
     for key in ("data", "hidden_cache", "train", "total"):
         assert report["wall_s"][key] >= 0
 
@@ -250,7 +257,8 @@ def test_resume_continues_from_checkpoint(grafted, tiny_llama):
     head, _, out = grafted
     report2 = out / "report2.json"
     rc = main(["graft", str(tiny_llama), "-o", str(head), "--report", str(report2), "--resume",
-               "--data-cache", str(out / "cache"), *GRAFT_ARGS[:5], "36", *GRAFT_ARGS[6:]])
+               "--data-cache", str(out / "cache"), "--corpus", str(out / "corpus.txt"),
+               *GRAFT_ARGS[:5], "36", *GRAFT_ARGS[6:]])
     assert rc == 0
     rep = json.loads(report2.read_text())
     assert rep["final"]["step"] == 36
@@ -306,3 +314,28 @@ def test_torch_kv_cached_generation_matches_llama_cpp(tmp_path, arch, window):
     with pymtp.Model(path, mtp="off", n_ctx=256, n_threads=1) as m:
         want = [m.generate(p, max_tokens=12, temperature=0.0).tokens for p in prompts]
     assert got == want
+
+
+ARCH_EXTRAS = {"qwen2": {"attn_q.bias", "attn_k.bias", "attn_v.bias"},
+               "qwen3": {"attn_q_norm.weight", "attn_k_norm.weight"},
+               "gemma3": {"attn_q_norm.weight", "attn_k_norm.weight", "post_attention_norm.weight",
+                          "post_ffw_norm.weight"}}
+
+
+@pytest.mark.parametrize("arch,window", [("qwen2", 0), ("qwen3", 0), ("gemma3", 4)])
+def test_graft_other_archs(tmp_path, arch, window):
+    """qwen2/qwen3/gemma3: the head carries the arch's extra tensors, and llama.cpp runs it like torch."""
+    from pymtp.graft.check import compare_head
+
+    base = write_tiny(tmp_path / f"{arch}.gguf", arch, seed=3, sliding_window=window)
+    head = tmp_path / f"{arch}.mtp.gguf"
+    args = ["--samples", "6", "--gen-tokens", "16", "--steps", "4", "--batch", "2", "--seq-len", "320",
+            "--device", "cpu", "--threads", "1", "--quiet", "--data-cache", str(tmp_path / "cache")]
+    assert main(["graft", str(base), "-o", str(head), *args]) == 0
+    names = {t.name for t in gguf.GGUFReader(str(head)).tensors}
+    extras = {f"blk.{N_LAYER}.{s}" for s in ARCH_EXTRAS[arch]}
+    assert names == expected_head_names(N_LAYER) | extras
+    seqs = [[72, 101, 108, 108, 111, 44, 32, 116, 104, 101, 114, 101, 33, 10, 87, 104, 97, 116]]
+    r = compare_head(base, head, seqs=seqs, n_threads=1)
+    assert r["max_abs_diff_mtp_logits"] < 5e-2, r
+    assert r["mtp_argmax_agreement"] == 1.0, r

@@ -82,8 +82,8 @@ def register(subparsers) -> None:
     d.add_argument("--gen-batch", type=int, default=0, metavar="B",
                    help="sequences generated at once (default: as many as ~30%% of free GPU memory "
                         "holds, at most 1024; 32 on CPU)")
-    d.add_argument("--corpus", nargs="+", default=[], metavar="FILE",
-                   help="plain-text files to train on as well")
+    d.add_argument("--corpus", action="append", default=[], metavar="FILE",
+                   help="a plain-text file to train on as well (repeatable)")
     d.add_argument("--data-cache", type=Path, default=None, metavar="DIR",
                    help="where generated data is cached (default: $PYMTP_CACHE_DIR/graft "
                         "or ~/.cache/pymtp/graft)")

@@ -31,27 +31,14 @@ class Tokenizer:
         self.eog_ids = [t for t in range(self.n_vocab) if self.lib.llama_vocab_is_eog(self.vocab, t)]
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        from pymtp._native import llama as L
+        from pymtp._native.vocab import tokenize
 
-        raw = text.encode("utf-8")
-        cap = len(raw) + 16
-        buf = (L.llama_token * cap)()
-        n = self.lib.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (L.llama_token * cap)()
-            n = self.lib.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
-        return list(buf[:n])
+        return tokenize(self.vocab, text, add_special, parse_special)
 
     def piece(self, token: int) -> bytes:
-        import ctypes as C
+        from pymtp._native.vocab import token_piece
 
-        buf = C.create_string_buffer(64)
-        n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        if n < 0:
-            buf = C.create_string_buffer(-n)
-            n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        return buf.raw[:n]
+        return token_piece(self.vocab, token)
 
     def detokenize(self, tokens) -> str:
         return b"".join(self.piece(int(t)) for t in tokens).decode("utf-8", "replace")

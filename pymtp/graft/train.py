@@ -3,14 +3,16 @@
 Per batch of sequences x_0..x_T (all starting at position 0, right-padded):
   H = the frozen trunk's final-norm hidden states (cached for the whole data set when it fits);
   pass 0 (teacher-forced, what the MTP KV cache holds): MTP position p sees (x_p, H_{p-1}),
-      H_{-1} = 0, and learns the base's next-token distribution at p: KL(softmax(LM(H_p)) ||
-      softmax(LM(out_p)));
-  pass s = 1..chain-1 (draft step s+1 at inference): position p sees (x_p, out^{s-1}_{p-1}) -
-      the head's own previous output - attending to pass 0's keys at <= p-s and the chain's own
-      keys, exactly like the MTP KV cache during drafting; same target, weight chain_weight^s.
-Optionally + ce_weight * CE(actual next token). Only the head trains (AdamW, warmup + cosine,
-grad clip, bf16 autocast on CUDA). Validation: top-1 agreement (head argmax == base argmax) per
-draft step on held-out sequences.
+      H_{-1} = 0, and learns the base's next-token distribution at p:
+      KL(softmax(LM(H_p)) || softmax(LM(out_p)));
+  pass s = 1..chain-1 (draft step s+1 at inference): position p sees (x_p, out^{s-1}_{p-1}) - the
+      head's own previous output - attending to pass 0's keys at <= p-s and the chain's own keys,
+      exactly like the MTP KV cache while drafting; same target, loss weight chain_weight^s.
+The loss covers the positions drafts are made at (the generated part of each sequence, all of a
+corpus text; --loss-positions all: every position), optionally + ce_weight * CE(actual next
+token). Only the head trains (AdamW, warmup + cosine, grad clip, bf16 autocast on CUDA with the
+teacher in fp32/TF32). Validation: top-1 agreement (head argmax == base argmax) per draft step
+on held-out sequences, at the drafted positions (agree) and at every position (agree_all).
 """
 
 from __future__ import annotations
@@ -308,6 +310,27 @@ def _val_subset(data: Dataset, hid: Hiddens, cap: int, seed: int) -> np.ndarray:
     return np.array(sorted(out, key=lambda i: -hid.lens[i]), dtype=np.int64)
 
 
+def _term_as_interrupt():
+    """SIGTERM (a scheduler or `timeout` stopping the run) saves a checkpoint like Ctrl-C does."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _restore_term(old) -> None:
+    import signal
+
+    if old is not None:
+        signal.signal(signal.SIGTERM, old)
+
+
 def _atomic_save(obj, path: Path) -> None:
     tmp = path.with_name(path.name + ".part")
     torch.save(obj, tmp)
@@ -319,6 +342,7 @@ def graft(job: GraftJob, log=None) -> dict:
     log = log or (lambda msg: print(f"pymtp graft: {msg}", file=sys.stderr, flush=True))
     cfg, gcfg = job.train, job.gen
     t_start = time.time()
+    job.out.parent.mkdir(parents=True, exist_ok=True)
     device = pick_device(cfg.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -422,6 +446,7 @@ def graft(job: GraftJob, log=None) -> dict:
     last_save = time.time()
     ema_loss = ema_agree = None
     n_tok_run, t_run0 = 0, time.time()
+    old_term = _term_as_interrupt()
     try:
         while step < cfg.steps:
             for g in opt.param_groups:
@@ -461,6 +486,8 @@ def graft(job: GraftJob, log=None) -> dict:
             bar.close()
         log(f"interrupted at step {step}; checkpoint saved to {ckpt} (continue with --resume)")
         raise
+    finally:
+        _restore_term(old_term)
     if bar is not None:
         bar.close()
     save(step)
