@@ -171,6 +171,18 @@ class Model:
             mode, k = "greedy", 0  # plain decoding: nothing is drafted
         return Generation(rt, tokens, sampling, max_tokens, stop, k, mode)
 
+    def reset(self) -> None:
+        """Forget the context: the next generation processes its whole prompt from scratch
+        (no prefix reuse). Frees nothing; use close() for that."""
+        self.rt.clear()
+
+    def set_synthetic_acceptance(self, rates: list[float] | None) -> None:
+        """BENCHMARKING ONLY: accept drafts at random with these unconditional per-position
+        rates instead of verifying them, so the engine's cost can be measured as if the head
+        had that acceptance (random-weight models accept nothing). The generated text is
+        then NOT the model's output. None or [] turns it off."""
+        self.rt.set_synthetic_rates(list(rates or []))
+
     # -- lifetime --------------------------------------------------------------------
 
     def close(self) -> None:

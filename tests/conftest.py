@@ -16,6 +16,7 @@ import pytest
 os.environ.setdefault("PYMTP_LLAMA_CPP_DIR", str(Path(__file__).resolve().parent.parent / "vendor" / "llama.cpp"))
 
 from pymtp.devtools.tiny_models import make_tiny_model
+from gpu import NGL
 
 # one single-head MoE arch, one hybrid recurrent arch, one multi-head arch
 ENGINE_ARCHS = ("glm4moe", "qwen35", "step35")
@@ -52,8 +53,8 @@ def model_pair(arch, tiny_model_path):
     import pymtp
 
     path = tiny_model_path(arch)
-    on = pymtp.Model(path, n_ctx=512, n_batch=64, n_threads=1, mtp="on", n_draft=5)
-    off = pymtp.Model(path, n_ctx=512, n_batch=64, n_threads=1, mtp="off")
+    on = pymtp.Model(path, n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="on", n_draft=5)
+    off = pymtp.Model(path, n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="off")
     yield on, off
     on.close()
     off.close()

@@ -19,6 +19,7 @@ import pytest
 import pymtp
 from pymtp.devtools import tiny_dense as td
 from pymtp.errors import ModelFileError, ModelLoadError
+from gpu import NGL
 
 PROMPTS = [
     "The quick brown fox", "Once upon a time", "def fibonacci(n):", "In 1905, Albert Einstein",
@@ -28,7 +29,7 @@ PROMPTS = [
 N_DRAFTS = (1, 2, 3, 5)
 MAX_TOKENS = 24
 SEED = 4321
-OPTS = dict(n_ctx=512, n_batch=64, n_threads=1)
+OPTS = dict(n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 import pymtp
+from gpu import NGL
 
 PROMPTS = [
     "The quick brown fox", "Once upon a time", "def fibonacci(n):", "In 1905, Albert Einstein",
@@ -51,8 +52,8 @@ def test_prompt_longer_than_batch(model_pair):
 
 def test_generation_into_end_of_context(arch, tiny_model_path):
     path = tiny_model_path(arch)
-    with pymtp.Model(path, n_ctx=64, n_batch=64, n_threads=1, mtp="off") as off, \
-         pymtp.Model(path, n_ctx=64, n_batch=64, n_threads=1, mtp="on", n_draft=5) as on:
+    with pymtp.Model(path, n_ctx=64, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="off") as off, \
+         pymtp.Model(path, n_ctx=64, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="on", n_draft=5) as on:
         prompt = "Once upon a time there was"
         ref = off.generate(prompt, max_tokens=500)
         assert ref.finish_reason in ("context", "eos")
@@ -85,7 +86,7 @@ def test_fresh_context_matches_reused_context(arch, tiny_model_path, model_pair)
     a = on.generate(PROMPTS[0], max_tokens=MAX_TOKENS, n_draft=5)
     follow = a.prompt_tokens + a.tokens + on.tokenize(" again", add_special=False)
     reused = on.generate(follow, max_tokens=MAX_TOKENS, n_draft=5)
-    with pymtp.Model(tiny_model_path(arch), n_ctx=512, n_batch=64, n_threads=1, mtp="on", n_draft=5) as fresh:
+    with pymtp.Model(tiny_model_path(arch), n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="on", n_draft=5) as fresh:
         assert fresh.generate(follow, max_tokens=MAX_TOKENS, n_draft=5).tokens == reused.tokens
 
 

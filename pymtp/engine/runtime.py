@@ -230,6 +230,21 @@ class Runtime:
     def token_text(self, token: int) -> str:
         return self.token_piece(token, special=True).decode("utf-8", "replace")
 
+    # -- engine state -----------------------------------------------------------
+
+    def clear(self) -> None:
+        """Empty the sequence in both contexts: the next prefill starts cold."""
+        self.lib.llama_mtp_clear(self.engine)
+
+    def set_synthetic_rates(self, rates: list[float]) -> None:
+        """Benchmarking only: random accept decisions at these unconditional per-position rates."""
+        if len(rates) > L.MTP_MAX_DRAFT or not all(0.0 <= r <= 1.0 for r in rates):
+            raise InvalidArgumentError(
+                f"synthetic acceptance rates must be at most {L.MTP_MAX_DRAFT} values in 0..1, got {rates}")
+        arr = (C.c_float * max(1, len(rates)))(*rates)
+        if self.lib.llama_mtp_set_synthetic_rates(self.engine, arr, len(rates)) != L.MTP_OK:
+            raise InvalidArgumentError(f"the engine rejected the synthetic acceptance rates {rates}")
+
     # -- lifetime ---------------------------------------------------------------
 
     def close(self) -> None:

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# GPU tests and benchmarks for pymtp on the device (after build_cuda.sh). Results land in $OUT.
+# BENCH_LIMIT_MODES: prompts for the draft-mode x temperature sweep (default 24).
+set -uxo pipefail
+in=.dev/call2
+export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
+mkdir -p $PYMTP_CACHE_DIR/models $PYMTP_CACHE_DIR/data
+if [ -f /tmp/smol.gguf ]; then
+    cat $in/smol.part2 >> /tmp/smol.gguf
+    echo "$(cat $in/smol.sha256)  /tmp/smol.gguf" | sha256sum -c - || exit 1
+    mv /tmp/smol.gguf $PYMTP_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
+fi
+cp $in/mt_bench_question.jsonl $PYMTP_CACHE_DIR/data/
+# Python edits made after build_cuda.sh: copy the tree's package sources over the installed ones
+# (run the installed package: python3 -m ... in the repo root would import the unbuilt source tree)
+site=$(cd /tmp && python3 -c 'import os, pymtp; print(os.path.dirname(pymtp.__file__))')
+(cd pymtp && find . -name '*.py' -exec cp --parents {} "$site/" \;)
+git rev-parse --short HEAD 2>/dev/null
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    PYMTP_TEST_NGL=99 pytest -q -p no:cacheprovider tests/test_engine_lossless.py \
+        tests/test_dense_mtp.py tests/test_bench.py 2>&1 | tail -n 15 | tee $OUT/gpu-tests.log
+fi
+if [ "${SKIP_K:-0}" != 1 ]; then
+    pymtp bench --prompts mtbench -n 256 --n-drafts 1,2,3,4 --ngl 99 \
+        --json $OUT/smollm2-gpu-k.json --plot $OUT/smollm2-gpu-k.png 2>&1 | tr '\r' '\n' | grep -v '^bench: ' | tee $OUT/smollm2-gpu-k.txt
+fi
+if [ "${SKIP_MODES:-0}" != 1 ]; then
+    pymtp bench --prompts mtbench --limit "${BENCH_LIMIT_MODES:-24}" -n 256 --n-drafts 3 --ngl 99 \
+        --modes greedy,chain,stochastic --temps 0,0.7,1.0 --repeat-penalties 1,1.1 \
+        --json $OUT/smollm2-gpu-modes.json --plot $OUT/smollm2-gpu-modes.png 2>&1 | tr '\r' '\n' | grep -v '^bench: ' | tee $OUT/smollm2-gpu-modes.txt
+fi
