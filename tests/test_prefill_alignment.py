@@ -1,0 +1,67 @@
+"""MTP on and off feed the target the same batches, so the target computes the same bits.
+
+llama.cpp's CPU kernels are not batch-size invariant: e.g. flash attention runs a tiled kernel
+for 64 or more query rows and another one below that, and the two round differently. A token
+decoded in a chunk of another size gets different logits (and KV), and greedy near-ties then
+flip. The engine must therefore decode exactly the same prompt chunks with and without MTP,
+also when it reuses a cached prefix. These tests compare the target's logits bit for bit
+after each prefill of a sequence of prompts that exercises every kind of reuse.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pymtp
+from gpu import NGL
+from pymtp._native import llama as L
+
+TEXT_A = ("The old lighthouse keeper climbed the stairs every evening, counting the steps and listening "
+          "to the waves below. He kept a notebook of ships, storms and the colours of the sky, and on "
+          "quiet nights he wrote letters to his sister in the city, telling her about the seals that "
+          "slept on the rocks and the fishermen who waved as they passed the point at dawn.")
+TEXT_B = ("A train station at rush hour is a machine made of people: doors open, crowds pour out, "
+          "announcements echo under the glass roof, coffee cups steam in cold hands, and every few "
+          "minutes the whole hall breathes in and out as another train arrives and leaves again for "
+          "the suburbs, the airport, the coast and the mountains beyond the river, while pigeons "
+          "wait under the benches for crumbs.")
+FA_TILE_Q = 64  # ggml-cpu's GGML_FA_TILE_Q: chunks of >= 64 rows take the tiled attention kernel
+
+
+def prefill_logits(model: pymtp.Model, tokens: list[int]) -> np.ndarray:
+    rt = model.rt
+    arr = (L.llama_token * len(tokens))(*tokens)
+    assert rt.lib.llama_mtp_prefill(rt.engine, arr, len(tokens)) == L.MTP_OK
+    return np.ctypeslib.as_array(rt.lib.llama_get_logits_ith(rt.ctx, -1), shape=(rt.n_vocab,)).copy()
+
+
+def prompt_sequence(model: pymtp.Model) -> list[list[int]]:
+    a, b = model.tokenize(TEXT_A), model.tokenize(TEXT_B, add_special=False)
+    assert len(a) > 40 and len(b) >= FA_TILE_Q and a[20] != b[0]
+    return [
+        a,                              # cold
+        a,                              # the same prompt again: only its last token is decoded again
+        a + b[:1],                      # one more token
+        a[:20] + b[:FA_TILE_Q - 1],     # a new suffix after a shared prefix, one row short of a tile
+        a[:20] + b[:FA_TILE_Q],         # ... and exactly a tile
+        a[:-7],                         # a shorter prompt (rewind)
+    ]
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen35", "step35", "built-in"])
+def test_prefill_with_reuse_gives_bitwise_equal_logits(arch, tiny_model_path):
+    """Tiny random models of three archs (qwen35: recurrent hybrid), and the real Q4_1 SmolLM2 + head."""
+    if arch == "built-in":
+        from pymtp import default_model
+
+        path = default_model.default_model_path(progress=False)
+    else:
+        path = tiny_model_path(arch)
+    opts = dict(n_ctx=512, n_batch=128, n_threads=1, n_gpu_layers=NGL)
+    with pymtp.Model(path, mtp="on", n_draft=3, **opts) as on, pymtp.Model(path, mtp="off", **opts) as off:
+        for i, prompt in enumerate(prompt_sequence(off)):
+            a, b = prefill_logits(off, prompt), prefill_logits(on, prompt)
+            assert np.array_equal(a, b), (
+                f"{arch}: target logits differ after prefill #{i} ({len(prompt)} tokens), "
+                f"max |diff| {np.abs(a - b).max():.3g}")
