@@ -46,15 +46,19 @@ def mode_summary(rows: list[dict]) -> list[dict]:
 
 
 def plot_speedups(rows: list[dict], path: str, title: str = "", check_only: bool = False) -> None:
-    """Speedup over MTP off vs draft length: one line per (mode, T, rp)."""
-    try:
-        import matplotlib
-    except ImportError:
+    """Speedup over MTP off vs draft length: one line per (mode, T, rp). check_only: only make
+    sure matplotlib is installed, without importing it (numpy's C++ runtime then loads after the
+    model's, as it does without --plot)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
         from pymtp.errors import InvalidArgumentError
 
-        raise InvalidArgumentError("--plot needs matplotlib: pip install matplotlib")
+        raise InvalidArgumentError("--plot needs matplotlib: pip install matplotlib (or pip install 'pymtp[bench]')")
     if check_only:
         return
+    import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
