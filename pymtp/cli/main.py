@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from pymtp.cli import bench, chat, common, generate, graft, info
+from pymtp.cli import bench, chat, common, generate, graft, info, serve
 from pymtp.errors import PymtpError
 
-SUBCOMMANDS = (info, generate, chat, bench, graft)
+SUBCOMMANDS = (info, generate, chat, serve, bench, graft)
 
 DESCRIPTION = """\
 pymtp: fast local text generation for GGUF models with multi-token prediction
@@ -30,6 +30,7 @@ examples:
   pymtp generate model.gguf -p "Once upon a time"
   pymtp generate --chat -p "Explain KV caches in one paragraph"
   pymtp chat model.gguf --system "Be brief."
+  pymtp serve model.gguf --port 8080         # OpenAI-compatible server with MTP
 
 run `pymtp COMMAND --help` for the options of each command."""
 
@@ -72,10 +73,19 @@ def _silence_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough: list[str] = []
+    if "--" in argv:  # `pymtp serve ... -- ARGS`: ARGS go to llama-server as they are
+        i = argv.index("--")
+        argv, passthrough = argv[:i], argv[i + 1:]
     try:
         args = parser.parse_args(argv)
+        if passthrough and not hasattr(args, "server_args"):
+            parser.error(f"`-- {' '.join(passthrough)}`: only `pymtp serve` passes arguments on")
     except SystemExit as e:  # --help, --version, usage errors
         return e.code if isinstance(e.code, int) else 2
+    if hasattr(args, "server_args"):
+        args.server_args = passthrough
     try:
         return args.handler(args)
     except KeyboardInterrupt:

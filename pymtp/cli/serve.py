@@ -1,0 +1,110 @@
+"""`pymtp serve`: the bundled llama-server with MTP on, an OpenAI-compatible HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+
+from pymtp.cli import common
+
+DESCRIPTION = """\
+Serve a GGUF model over HTTP with the bundled llama-server (OpenAI-compatible
+/v1/chat/completions and /v1/completions, plus llama.cpp's /completion,
+/health and /metrics). When the model has MTP layers - or a head-only GGUF is
+found (--mtp-head, MODEL's <stem>.mtp.gguf, or the head shipped with the
+built-in model) - the server starts with --mtp: every request is drafted by the
+MTP head and verified by the model, with the same output as without MTP.
+
+Requests may set "mtp_draft" (auto|greedy|chain|stochastic) and "mtp_n_draft"
+(0..16); responses carry per-request MTP statistics in timings.mtp.
+Arguments after `--` go to llama-server unchanged (see `pymtp serve -- --help`)."""
+
+EPILOG = """\
+examples:
+  pymtp serve                                  # built-in model + shipped head on :8080
+  pymtp serve model.gguf --port 9000 --parallel 4
+  pymtp serve model.gguf --mtp-head model.mtp.gguf --n-draft 2
+  pymtp serve model.gguf -- --metrics --api-key secret
+
+  curl http://127.0.0.1:8080/v1/chat/completions \\
+       -d '{"messages": [{"role": "user", "content": "Hi"}], "mtp_n_draft": 3}'"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="serve a model over HTTP (OpenAI-compatible) with MTP",
+                              description=DESCRIPTION, epilog=EPILOG,
+                              formatter_class=common.HelpFormatter)
+    common.add_model_arg(p)
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    g.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
+    g.add_argument("--parallel", "-np", type=int, default=1, metavar="N",
+                   help="requests served at once, each in its own slot (default: 1)")
+    g.add_argument("--ready-timeout", type=float, default=300.0, metavar="S",
+                   help="seconds to wait for the model to load (default: 300)")
+    e = p.add_argument_group("engine")
+    e.add_argument("--mtp", choices=("auto", "on", "off"), default="auto",
+                   help="auto = MTP when the model or a head has MTP layers, on = fail without, "
+                        "off = plain decoding (default: auto)")
+    e.add_argument("--mtp-head", default=None, metavar="FILE",
+                   help="head-only GGUF with the MTP layer(s), e.g. from `pymtp graft` "
+                        "(default: MODEL's <stem>.mtp.gguf, or the built-in model's shipped head)")
+    e.add_argument("--n-draft", type=int, default=3, metavar="K",
+                   help="tokens drafted per step, 0..16; requests may lower it (default: 3)")
+    e.add_argument("--draft", choices=common.DRAFT_MODES, default="auto",
+                   help="default draft mode of requests: auto = stochastic at temperature > 0, "
+                        "else greedy (default: auto)")
+    e.add_argument("--ctx", type=int, default=4096, metavar="N",
+                   help="context window per slot in tokens (default: 4096)")
+    e.add_argument("--ngl", type=int, default=0, metavar="N",
+                   help="layers to offload to the GPU, -1 = all (default: 0)")
+    e.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads (default: chosen by llama.cpp)")
+    e.add_argument("--dry-run", action="store_true",
+                   help="print the llama-server command line and exit")
+    p.set_defaults(server_args=[])  # filled by main() from the arguments after `--`
+    common.add_debug_flag(p, top_level=False)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pymtp.server import plan_launch, wait_until_ready
+
+    extra = list(args.server_args or [])
+    path = common.resolve_model_path(args.model)
+    launch = plan_launch(path, host=args.host, port=args.port, mtp=args.mtp, mtp_head=args.mtp_head,
+                         n_draft=args.n_draft, draft=args.draft, ctx=args.ctx, parallel=args.parallel,
+                         ngl=args.ngl, threads=args.threads, extra=extra)
+    for note in launch.notes:
+        print(f"pymtp: {note}", file=sys.stderr)
+    if args.dry_run:
+        print(" ".join(launch.argv))
+        return 0
+
+    proc = subprocess.Popen(launch.argv)
+    try:
+        wait_until_ready(launch.url, proc, timeout=args.ready_timeout)
+        mtp = "on" + (f", head {launch.mtp_head.name}" if launch.mtp_head else "") if launch.mtp else "off"
+        print(f"pymtp: serving {path.name} at {launch.url}  (MTP {mtp}; OpenAI API at {launch.url}/v1; "
+              "Ctrl-C stops)", file=sys.stderr, flush=True)
+        return proc.wait()
+    except KeyboardInterrupt:
+        _stop(proc)
+        raise
+    except BaseException:
+        _stop(proc)
+        raise
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the server: SIGINT (it finishes cleanly), then SIGKILL if it does not exit in time."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,140 @@
+"""Deciding how to start the bundled llama-server for a model, and waiting for it to be ready.
+
+The server binary is the one ``pip install .`` built from the same patched llama.cpp as
+the Python engine (it links the same libllama), so `pymtp serve` and ``pymtp.Model``
+draft and verify with one implementation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InvalidArgumentError, NativeLibraryError, PymtpError
+
+MTP_MODES = ("auto", "on", "off")
+DRAFT_MODES = ("auto", "greedy", "chain", "stochastic")
+MAX_N_DRAFT = 16
+
+
+def server_binary() -> Path:
+    """The bundled llama-server (``PYMTP_BIN_DIR`` / ``PYMTP_LIB_DIR`` point at a development build)."""
+    from .._native.lib import bin_dir
+
+    path = bin_dir() / "llama-server"
+    if not path.is_file():
+        raise NativeLibraryError(
+            f"llama-server not found at {path}: pymtp must be installed with 'pip install .' "
+            "(which builds it), or PYMTP_BIN_DIR must point at a build of it")
+    return path
+
+
+@dataclass
+class ServerLaunch:
+    """A server command line and what it means, for the user and for tests."""
+
+    argv: list[str]
+    url: str
+    mtp: bool
+    mtp_head: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _mtp_layers(path: Path) -> int:
+    from ..gguf_meta import read_info
+
+    return read_info(path).n_mtp_layers
+
+
+def _find_head(model: Path, mtp_head: str | Path | None) -> Path | None:
+    """The head-only GGUF to use: the one given, else ``<stem>.mtp.gguf`` next to the
+    model, else the head shipped for the built-in model; None when there is none."""
+    from ..default_model import shipped_head_for
+    from ..engine.runtime import sidecar_path
+    from ..gguf_meta import check_gguf_path
+
+    if mtp_head is not None:
+        try:
+            return check_gguf_path(str(mtp_head))
+        except PymtpError as e:
+            raise InvalidArgumentError(f"MTP head: {str(e).replace('model file', 'file')}") from e
+    side = sidecar_path(model)
+    if side.is_file() and side.resolve() != model.resolve():
+        return side
+    return shipped_head_for(model)
+
+
+def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: str = "auto",
+                mtp_head: str | Path | None = None, n_draft: int = 3, draft: str = "auto",
+                ctx: int = 4096, parallel: int = 1, ngl: int = 0, threads: int | None = None,
+                extra: list[str] | None = None) -> ServerLaunch:
+    """Build the llama-server command line for ``model``; raise InvalidArgumentError on bad input."""
+    if mtp not in MTP_MODES:
+        raise InvalidArgumentError(f"--mtp must be one of {', '.join(MTP_MODES)}, got {mtp!r}")
+    if draft not in DRAFT_MODES:
+        raise InvalidArgumentError(f"--draft must be one of {', '.join(DRAFT_MODES)}, got {draft!r}")
+    if not 0 <= n_draft <= MAX_N_DRAFT:
+        raise InvalidArgumentError(f"--n-draft must be in 0..{MAX_N_DRAFT} (got {n_draft})")
+    if not 0 < port < 65536:
+        raise InvalidArgumentError(f"--port must be in 1..65535 (got {port})")
+    if ctx < 16:
+        raise InvalidArgumentError(f"--ctx must be >= 16 (got {ctx})")
+    if parallel < 1:
+        raise InvalidArgumentError(f"--parallel must be >= 1 (got {parallel})")
+    if threads is not None and threads < 1:
+        raise InvalidArgumentError(f"--threads must be >= 1 (got {threads})")
+
+    argv = [str(server_binary()), "-m", str(model), "--host", host, "--port", str(port),
+            "-c", str(ctx * parallel), "-np", str(parallel)]
+    if ngl != 0:
+        argv += ["-ngl", str(ngl)]
+    if threads is not None:
+        argv += ["-t", str(threads), "-tb", str(threads)]
+
+    notes: list[str] = []
+    use_mtp, head = False, None
+    if mtp != "off":
+        layers = _mtp_layers(model)
+        head = None if layers > 0 else _find_head(model, mtp_head)
+        if layers > 0 and mtp_head is not None:
+            notes.append(f"the model has {layers} MTP layer(s) of its own; --mtp-head {mtp_head} is not used")
+        use_mtp = layers > 0 or head is not None
+        if not use_mtp:
+            if mtp == "on":
+                raise InvalidArgumentError(
+                    f"{model.name} has no MTP layers and no head was found (looked for "
+                    f"{model.stem}.mtp.gguf next to it); train one with `pymtp graft {model}` "
+                    "or pass --mtp-head FILE")
+            notes.append(f"MTP off: {model.name} has no MTP layers and no head "
+                         f"({model.stem}.mtp.gguf) next to it")
+    if use_mtp:
+        argv += ["--mtp", "--mtp-n-draft", str(n_draft), "--mtp-draft", draft]
+        if head is not None:
+            argv += ["--mtp-head", str(head)]
+    argv += list(extra or [])
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    return ServerLaunch(argv=argv, url=f"http://{shown_host}:{port}", mtp=use_mtp, mtp_head=head, notes=notes)
+
+
+def wait_until_ready(url: str, proc, timeout: float = 300.0, poll: float = 0.2) -> None:
+    """Poll ``url``/health until the server answers 200; raise PymtpError if the process exits
+    or the timeout passes first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code = proc.poll()
+        if code is not None:
+            raise PymtpError(f"llama-server exited with code {code} before it was ready "
+                             "(its log above says why)")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200 and json.loads(r.read() or b"{}").get("status", "ok") == "ok":
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise PymtpError(f"llama-server did not become ready within {timeout:.0f} s")
+        time.sleep(poll)

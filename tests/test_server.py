@@ -1,0 +1,342 @@
+"""llama-server --mtp, the real bundled binary on 127.0.0.1, driven through the openai client.
+
+Tiny random-weight models with planted MTP heads (so drafts are accepted often and the
+verify path really runs). Every loop is bounded; every server is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+from gpu import NGL
+from pymtp.devtools.tiny_dense import make_tiny_dense_split
+from pymtp.server import plan_launch, wait_until_ready
+
+PROMPTS = ["Hello world", "The capital of France is", "1, 2, 3, 4,", "Once upon a time there"]
+CHAT = [[{"role": "user", "content": "Say something."}],
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Count to five."}]]
+N_PREDICT = 24
+CTX = 512
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One llama-server process; its log goes to a file that failing tests print."""
+
+    def __init__(self, model: Path, log: Path, *, mtp: str, parallel: int = 1, mtp_head=None, extra=()):
+        self.port = free_port()
+        launch = plan_launch(model, port=self.port, mtp=mtp, mtp_head=mtp_head, n_draft=3, ctx=CTX,
+                             parallel=parallel, ngl=NGL, threads=1, extra=["--no-webui", *extra])
+        self.mtp = launch.mtp
+        self.url = launch.url
+        self.log = log
+        self._log_f = open(log, "wb")
+        self.proc = subprocess.Popen(launch.argv, stdout=self._log_f, stderr=subprocess.STDOUT)
+        try:
+            wait_until_ready(self.url, self.proc, timeout=120)
+        except BaseException:
+            self.stop()
+            raise AssertionError(f"server did not start:\n{log.read_text(errors='replace')[-3000:]}")
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, timeout=60)
+
+    def post(self, path: str, body: bytes | dict, timeout: float = 60) -> tuple[int, dict]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_f.close()
+
+
+@pytest.fixture(scope="module")
+def models(tiny_model_path, tmp_path_factory):
+    """arch -> model path: two archs with the MTP layer in the file, one dense base + sidecar head."""
+    d = tmp_path_factory.mktemp("server-models")
+    base, head = make_tiny_dense_split("llama", d / "llama-base.gguf", seed=7)
+    return {"glm4moe": tiny_model_path("glm4moe"), "qwen35": tiny_model_path("qwen35"), "llama+head": base}
+
+
+@pytest.fixture(scope="module")
+def servers(models, tmp_path_factory):
+    """(arch, mtp) -> running Server, started on first use and stopped at the end of the module."""
+    logs = tmp_path_factory.mktemp("server-logs")
+    running: dict = {}
+
+    def get(arch: str, mtp: str, parallel: int = 1) -> Server:
+        key = (arch, mtp, parallel)
+        if key not in running:
+            running[key] = Server(models[arch], logs / f"{arch}-{mtp}-{parallel}.log", mtp=mtp, parallel=parallel)
+        return running[key]
+
+    yield get
+    for s in running.values():
+        s.stop()
+
+
+def completion_text(server: Server, prompt: str, *, stream: bool, **extra) -> tuple[str, object]:
+    kw = dict(model="m", prompt=prompt, max_tokens=N_PREDICT, temperature=0.0, extra_body=extra or None)
+    if not stream:
+        r = server.client.completions.create(**kw)
+        return r.choices[0].text, r
+    text, last = "", None
+    for chunk in server.client.completions.create(stream=True, **kw):
+        if chunk.choices:
+            text += chunk.choices[0].text or ""
+        last = chunk
+    return text, last
+
+
+def chat_text(server: Server, messages: list, *, stream: bool, **extra) -> tuple[str, object]:
+    kw = dict(model="m", messages=messages, max_tokens=N_PREDICT, temperature=0.0, extra_body=extra or None)
+    if not stream:
+        r = server.client.chat.completions.create(**kw)
+        return r.choices[0].message.content, r
+    text, last = "", None
+    for chunk in server.client.chat.completions.create(stream=True, **kw):
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+        last = chunk
+    return text, last
+
+
+def mtp_timings(resp) -> dict:
+    extra = getattr(resp, "model_extra", None) or {}
+    return (extra.get("timings") or {}).get("mtp")
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen35", "llama+head"])
+def test_openai_text_identical_with_and_without_mtp(servers, arch):
+    on, off = servers(arch, "on"), servers(arch, "off")
+    assert on.mtp and not off.mtp
+    drafted = 0
+    for stream in (False, True):
+        for prompt in PROMPTS:
+            a, ra = completion_text(on, prompt, stream=stream)
+            b, _ = completion_text(off, prompt, stream=stream)
+            assert a == b, f"{arch} completion (stream={stream}) differs for {prompt!r}"
+            assert a, "empty completion"
+            if not stream:
+                drafted += mtp_timings(ra)["drafted"]
+        for messages in CHAT:
+            a, _ = chat_text(on, messages, stream=stream)
+            b, _ = chat_text(off, messages, stream=stream)
+            assert a == b, f"{arch} chat (stream={stream}) differs for {messages!r}"
+    assert drafted > 0, "the MTP server never drafted"
+
+
+def test_timings_report_mtp_stats(servers):
+    s = servers("glm4moe", "on")
+    _, r = completion_text(s, PROMPTS[0], stream=False)
+    m = mtp_timings(r)
+    assert m["verify"] == "engine" and m["mode"] == "greedy"
+    assert m["drafted"] > 0 and 0 <= m["accepted"] <= m["drafted"]
+    assert m["steps"] > 0 and m["mean_accepted_length"] == pytest.approx(1 + m["accepted"] / m["steps"])
+    assert 1 <= len(m["acceptance_per_position"]) <= 3
+    assert all(0.0 <= a <= 1.0 for a in m["acceptance_per_position"])
+    assert m["accepted"] > 0, "the planted head should get drafts accepted"
+    assert m["draft_ms"] > 0 and m["verify_ms"] > 0
+    # the same numbers upstream reports, and a per-request draft length that is honoured
+    timings = r.model_extra["timings"]
+    assert timings["draft_n"] == m["drafted"] and timings["draft_n_accepted"] == m["accepted"]
+    _, r1 = completion_text(s, PROMPTS[0], stream=False, mtp_n_draft=1)
+    assert len(mtp_timings(r1)["acceptance_per_position"]) == 1
+    _, r0 = completion_text(s, PROMPTS[0], stream=False, mtp_n_draft=0)
+    assert mtp_timings(r0)["drafted"] == 0
+
+
+@pytest.mark.parametrize("mode", ["greedy", "chain", "stochastic"])
+def test_draft_modes_per_request_exact_at_t0(servers, mode):
+    on, off = servers("glm4moe", "on"), servers("glm4moe", "off")
+    for prompt in PROMPTS[:2]:
+        a, r = completion_text(on, prompt, stream=False, mtp_draft=mode, repeat_penalty=1.3)
+        b, _ = completion_text(off, prompt, stream=False, repeat_penalty=1.3)
+        assert a == b
+        assert mtp_timings(r)["mode"] == mode
+
+
+def test_sampling_at_temperature_is_seeded_and_valid(servers):
+    """T > 0 goes through rejection sampling (mode stochastic); same seed, same text."""
+    s = servers("glm4moe", "on")
+    body = dict(prompt=PROMPTS[1], n_predict=N_PREDICT, temperature=0.9, seed=123)
+    code1, r1 = s.post("/completion", body)
+    code2, r2 = s.post("/completion", body)
+    assert code1 == code2 == 200
+    assert r1["content"] == r2["content"] and r1["content"]
+    assert r1["timings"]["mtp"]["mode"] == "stochastic" and r1["timings"]["mtp"]["drafted"] > 0
+
+
+def test_grammar_requests_stay_exact(servers):
+    """A grammar constrains sampling: drafts are verified through the grammar-aware sampler."""
+    on, off = servers("glm4moe", "on"), servers("glm4moe", "off")
+    body = dict(prompt=PROMPTS[0], n_predict=12, temperature=0.0, grammar='root ::= [a-z ]+')
+    c1, a = on.post("/completion", body)
+    c2, b = off.post("/completion", body)
+    assert c1 == c2 == 200
+    assert a["content"] == b["content"]
+    assert a["timings"]["mtp"]["verify"] == "grammar"
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+
+def test_parallel_slots_keep_state_separate(servers):
+    """8 clients x 25 requests on 4 slots: all succeed, all carry stats, and every text equals
+    the one-slot MTP-off server's (so no slot ever saw another slot's MTP state)."""
+    ref_server = servers("glm4moe", "off")
+    ref = {p: completion_text(ref_server, p, stream=False)[0] for p in PROMPTS}
+    s = servers("glm4moe", "on", parallel=4)
+
+    def client(i: int) -> list[tuple[str, str, dict]]:
+        out = []
+        for j in range(25):
+            p = PROMPTS[(i + j) % len(PROMPTS)]
+            text, r = completion_text(s, p, stream=(j % 5 == 0))
+            out.append((p, text, mtp_timings(r) if j % 5 else {"stream": True}))
+        return out
+
+    with cf.ThreadPoolExecutor(8) as ex:
+        results = [x for fut in [ex.submit(client, i) for i in range(8)] for x in fut.result(timeout=600)]
+    assert len(results) == 200
+    for p, text, m in results:
+        assert text == ref[p], f"slot state leaked: {p!r}"
+        assert m is not None and ("stream" in m or m["steps"] > 0)
+    assert s.healthy()
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_requests_get_4xx_and_the_server_survives(servers):
+    s = servers("glm4moe", "on")
+    code, r = s.post("/completion", b"{not json")
+    assert 400 <= code < 500
+    for bad in ({"mtp_n_draft": 99}, {"mtp_n_draft": -1}, {"mtp_draft": "fast"}, {"mtp_draft": 3},
+                {"mtp_heads": "all"}, {"mtp_ndraft": 2}):
+        code, r = s.post("/completion", {"prompt": "hi", "n_predict": 4, **bad})
+        assert code == 400, bad
+        assert "mtp" in r["error"]["message"], r
+    code, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "mtp_draft": "x"})
+    assert code == 400 and "mtp_draft" in r["error"]["message"]
+    long_prompt = "hello " * (CTX * 2)
+    code, r = s.post("/completion", {"prompt": long_prompt, "n_predict": 4})
+    assert 400 <= code < 500 and r["error"]["message"]
+    assert completion_text(s, PROMPTS[0], stream=False)[0] == completion_text(servers("glm4moe", "off"), PROMPTS[0], stream=False)[0]
+
+
+def test_client_disconnect_mid_stream_does_not_hurt_the_next_request(servers):
+    s = servers("glm4moe", "on")
+    expected = completion_text(s, PROMPTS[2], stream=False)[0]
+    body = json.dumps({"prompt": PROMPTS[3], "n_predict": 400, "stream": True, "ignore_eos": True}).encode()
+    req = urllib.request.Request(s.url + "/completion", data=body, headers={"Content-Type": "application/json"})
+    r = urllib.request.urlopen(req, timeout=30)
+    assert r.readline()  # the stream has started
+    r.close()            # hang up mid-stream
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        slots = json.loads(urllib.request.urlopen(s.url + "/slots", timeout=5).read())
+        if not any(x.get("is_processing") for x in slots):
+            break
+        time.sleep(0.2)
+    assert completion_text(s, PROMPTS[2], stream=False)[0] == expected
+    assert s.healthy()
+
+
+# ----------------------------------------------------------------------------- startup
+
+
+def test_mtp_without_layers_is_a_clear_startup_error(models, tmp_path):
+    from pymtp.server import server_binary
+
+    base = models["llama+head"]
+    p = subprocess.run([str(server_binary()), "-m", str(base), "--mtp", "--port", str(free_port()), "-c", "256"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "has no MTP layers" in p.stderr + p.stdout and "--mtp-head" in p.stderr + p.stdout
+
+
+def test_model_with_mtp_layers_hints_at_the_flag(servers):
+    s = servers("glm4moe", "off")
+    assert "start the server with --mtp" in s.log.read_text(errors="replace")
+
+
+def test_plan_launch_finds_the_sidecar_and_refuses_mtp_on_without_a_head(models, tmp_path):
+    from pymtp.errors import InvalidArgumentError
+
+    launch = plan_launch(models["llama+head"], mtp="auto")
+    assert launch.mtp and launch.mtp_head.name == "llama-base.mtp.gguf"
+    assert "--mtp-head" in launch.argv
+    lone = tmp_path / "lone.gguf"
+    lone.write_bytes(models["llama+head"].read_bytes())
+    assert not plan_launch(lone, mtp="auto").mtp
+    with pytest.raises(InvalidArgumentError, match="no MTP layers"):
+        plan_launch(lone, mtp="on")
+    with pytest.raises(InvalidArgumentError, match="n-draft"):
+        plan_launch(models["glm4moe"], n_draft=17)
+
+
+def test_pymtp_serve_prints_the_url_and_stops_on_ctrl_c(models, tmp_path):
+    port = free_port()
+    cmd = [sys.executable, "-m", "pymtp.cli.main", "serve", str(models["glm4moe"]), "--port", str(port),
+           "--ctx", str(CTX), "--threads", "1", "--", "--no-webui"]
+    env = dict(os.environ)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=tmp_path)
+    try:
+        line, deadline = "", time.monotonic() + 120
+        while "serving" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "pymtp serve exited early"
+        assert f"http://127.0.0.1:{port}" in line and "MTP on" in line
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+        r = client.completions.create(model="m", prompt="Hello", max_tokens=8, temperature=0)
+        assert r.choices[0].text and r.model_extra["timings"]["mtp"]["drafted"] > 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode in (0, 130)
+    with pytest.raises(OSError):  # nobody listens any more: the server is gone with pymtp serve
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
