@@ -42,10 +42,13 @@ def free_port() -> int:
 class Server:
     """One llama-server process; its log goes to a file that failing tests print."""
 
-    def __init__(self, model: Path, log: Path, *, mtp: str, parallel: int = 1, mtp_head=None, extra=()):
+    def __init__(self, model: Path, log: Path, *, mtp: str, parallel: int = 1, mtp_head=None, adaptive=False,
+                 extra=()):
         self.port = free_port()
+        # adaptive drafting off by default here: these tests check what every drafted step does
         launch = plan_launch(model, port=self.port, mtp=mtp, mtp_head=mtp_head, n_draft=3, ctx=CTX,
-                             parallel=parallel, ngl=NGL, threads=1, extra=["--no-webui", *extra])
+                             parallel=parallel, ngl=NGL, threads=1, adaptive=adaptive,
+                             extra=["--no-webui", *extra])
         self.mtp = launch.mtp
         self.url = launch.url
         self.log = log
@@ -99,10 +102,11 @@ def servers(models, tmp_path_factory):
     logs = tmp_path_factory.mktemp("server-logs")
     running: dict = {}
 
-    def get(arch: str, mtp: str, parallel: int = 1) -> Server:
-        key = (arch, mtp, parallel)
+    def get(arch: str, mtp: str, parallel: int = 1, adaptive: bool = False) -> Server:
+        key = (arch, mtp, parallel, adaptive)
         if key not in running:
-            running[key] = Server(models[arch], logs / f"{arch}-{mtp}-{parallel}.log", mtp=mtp, parallel=parallel)
+            running[key] = Server(models[arch], logs / f"{arch}-{mtp}-{parallel}-{adaptive}.log", mtp=mtp,
+                                  parallel=parallel, adaptive=adaptive)
         return running[key]
 
     yield get
@@ -241,6 +245,17 @@ def test_parallel_slots_keep_state_separate(servers):
         assert text == ref[p], f"slot state leaked: {p!r}"
         assert m is not None and ("stream" in m or m["steps"] > 0)
     assert s.healthy()
+
+
+def test_adaptive_drafting_measures_both_arms_and_keeps_the_text(servers):
+    """--mtp-adaptive on: per number of busy slots it times drafting and plain decoding, logs its
+    choice, and the text stays that of MTP off whichever arm runs."""
+    on, off = servers("glm4moe", "on", adaptive=True), servers("glm4moe", "off")
+    for i in range(3):
+        for p in PROMPTS:
+            assert completion_text(on, p, stream=False)[0] == completion_text(off, p, stream=False)[0]
+    log = on.log.read_text(errors="replace")
+    assert "MTP adaptive: 1 generating slot(s): drafting" in log, log[-2000:]
 
 
 # ----------------------------------------------------------------------------- bad input

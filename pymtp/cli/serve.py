@@ -56,6 +56,10 @@ def register(subparsers) -> None:
     e.add_argument("--draft", choices=common.DRAFT_MODES, default="auto",
                    help="default draft mode of requests: auto = stochastic at temperature > 0, "
                         "else greedy (default: auto)")
+    e.add_argument("--adaptive", choices=("on", "off"), default="on",
+                   help="on: for each number of busy slots, measure throughput with and without "
+                        "drafting and draft only when it is faster (same output either way); "
+                        "off: always draft (default: on)")
     e.add_argument("--ctx", type=int, default=4096, metavar="N",
                    help="context window per slot in tokens (default: 4096)")
     e.add_argument("--ngl", type=int, default=0, metavar="N",
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     path = common.resolve_model_path(args.model)
     launch = plan_launch(path, host=args.host, port=args.port, mtp=args.mtp, mtp_head=args.mtp_head,
                          n_draft=args.n_draft, draft=args.draft, ctx=args.ctx, parallel=args.parallel,
-                         ngl=args.ngl, threads=args.threads, extra=extra)
+                         ngl=args.ngl, threads=args.threads, adaptive=args.adaptive == "on", extra=extra)
     for note in launch.notes:
         print(f"pymtp: {note}", file=sys.stderr)
     if args.dry_run:

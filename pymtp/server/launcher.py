@@ -71,7 +71,7 @@ def _find_head(model: Path, mtp_head: str | Path | None) -> Path | None:
 def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: str = "auto",
                 mtp_head: str | Path | None = None, n_draft: int = 3, draft: str = "auto",
                 ctx: int = 4096, parallel: int = 1, ngl: int = 0, threads: int | None = None,
-                extra: list[str] | None = None) -> ServerLaunch:
+                adaptive: bool = True, extra: list[str] | None = None) -> ServerLaunch:
     """Build the llama-server command line for ``model``; raise InvalidArgumentError on bad input."""
     if mtp not in MTP_MODES:
         raise InvalidArgumentError(f"--mtp must be one of {', '.join(MTP_MODES)}, got {mtp!r}")
@@ -112,7 +112,8 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
             notes.append(f"MTP off: {model.name} has no MTP layers and no head "
                          f"({model.stem}.mtp.gguf) next to it")
     if use_mtp:
-        argv += ["--mtp", "--mtp-n-draft", str(n_draft), "--mtp-draft", draft]
+        argv += ["--mtp", "--mtp-n-draft", str(n_draft), "--mtp-draft", draft,
+                 "--mtp-adaptive", "on" if adaptive else "off"]
         if head is not None:
             argv += ["--mtp-head", str(head)]
     argv += list(extra or [])

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Aggregate llama-server throughput with and without --mtp, at 1 and N parallel slots.
+
+For every slot count P, two servers run side by side on the same model (MTP off, MTP on),
+both loaded before timing starts; rounds alternate between them (off, on, off, on, ...) so
+machine drift hits both alike. In a round, P clients each send their share of the prompts
+(OpenAI /v1/chat/completions, T=0 unless --temp) and the round's aggregate throughput is
+generated tokens / wall time. The report gives tok/s per configuration, the on/off ratio
+per slot count, and the MTP statistics the server returned (timings.mtp).
+
+    python bench/server_throughput.py [MODEL] [--parallel 1,4] [--prompts mtbench] [-n 128]
+        [--requests 16] [--rounds 2] [--threads 2] [--out result.json]
+
+MODEL defaults to the built-in SmolLM2-135M-Instruct with its shipped head.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from pymtp.bench.prompts import load_prompts
+from pymtp.server import plan_launch, wait_until_ready
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model: Path, mtp: str, parallel: int, args, log_dir: Path) -> None:
+        launch = plan_launch(model, port=free_port(), mtp=mtp, n_draft=args.n_draft, ctx=args.ctx,
+                             parallel=parallel, ngl=args.ngl, threads=args.threads,
+                             extra=["--no-webui", "--no-cache-prompt"] if args.no_cache else ["--no-webui"])
+        self.url, self.mtp, self.parallel = launch.url, launch.mtp, parallel
+        self.log = open(log_dir / f"{mtp}-{parallel}.log", "wb")
+        self.proc = subprocess.Popen(launch.argv, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_until_ready(self.url, self.proc, timeout=600)
+
+    def chat(self, prompt: str, n: int, temp: float, seed: int) -> dict:
+        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n, "temperature": temp,
+                "seed": seed}
+        req = urllib.request.Request(self.url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def run_round(server: Server, prompts: list[str], args) -> dict:
+    """All prompts through `server.parallel` clients at once; aggregate tok/s and MTP stats."""
+    shares = [prompts[i::server.parallel] for i in range(server.parallel)]
+
+    def client(share: list[str]) -> list[dict]:
+        return [server.chat(p, args.n, args.temp, args.seed + i) for i, p in enumerate(share)]
+
+    t0 = time.perf_counter()
+    with cf.ThreadPoolExecutor(server.parallel) as ex:
+        results = [r for f in [ex.submit(client, s) for s in shares] for r in f.result()]
+    wall = time.perf_counter() - t0
+    n_gen = sum(r["usage"]["completion_tokens"] for r in results)
+    mtp = [r["timings"].get("mtp") for r in results if r.get("timings", {}).get("mtp")]
+    out = {"wall_s": wall, "tokens": n_gen, "tok_s": n_gen / wall,
+           "texts": [r["choices"][0]["message"]["content"] for r in results]}
+    if mtp:
+        steps = sum(m["steps"] for m in mtp)
+        out["mtp"] = {"drafted": sum(m["drafted"] for m in mtp), "accepted": sum(m["accepted"] for m in mtp),
+                      "steps": steps,
+                      "mean_accepted_length": 1 + sum(m["accepted"] for m in mtp) / max(steps, 1),
+                      "draft_ms": sum(m["draft_ms"] for m in mtp), "verify_ms": sum(m["verify_ms"] for m in mtp)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", nargs="?", default=None)
+    ap.add_argument("--parallel", default="1,4", help="slot counts, comma-separated (default: 1,4)")
+    ap.add_argument("--prompts", default="mtbench")
+    ap.add_argument("--requests", type=int, default=16, help="prompts per round (default: 16)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds per configuration (default: 2)")
+    ap.add_argument("-n", type=int, default=128, help="max tokens per request (default: 128)")
+    ap.add_argument("--n-draft", type=int, default=3)
+    ap.add_argument("--temp", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--ctx", type=int, default=2048, help="context per slot (default: 2048)")
+    ap.add_argument("--ngl", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--no-cache", action="store_true", help="start llama-server with --no-cache-prompt")
+    ap.add_argument("--out", default=None, help="write the JSON result here")
+    args = ap.parse_args()
+
+    if args.model is None:
+        from pymtp.default_model import default_model_path
+        model = default_model_path()
+    else:
+        model = Path(args.model)
+    prompts = load_prompts(args.prompts)[: args.requests]
+    parallels = [int(x) for x in args.parallel.split(",")]
+    log_dir = Path(tempfile.mkdtemp(prefix="pymtp-server-bench-"))
+    result = {"model": str(model), "machine": platform.processor() or platform.machine(),
+              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "args": vars(args), "configs": []}
+    print(f"model {model.name}, {len(prompts)} prompts x {args.n} tokens, rounds {args.rounds}, logs {log_dir}",
+          file=sys.stderr)
+    for P in parallels:
+        servers = {m: Server(model, m, P, args, log_dir) for m in ("off", "on")}
+        try:
+            for s in servers.values():  # warm-up, not timed
+                s.chat(prompts[0], 8, 0.0, 0)
+            rounds = {m: [] for m in servers}
+            for r in range(args.rounds):
+                for m, s in servers.items():
+                    res = run_round(s, prompts, args)
+                    rounds[m].append(res)
+                    print(f"  slots {P} mtp {m:3s} round {r + 1}: {res['tok_s']:7.1f} tok/s"
+                          + (f"  AL {res['mtp']['mean_accepted_length']:.2f}" if "mtp" in res else ""),
+                          file=sys.stderr)
+        finally:
+            for s in servers.values():
+                s.stop()
+        tps = {m: statistics.mean(x["tok_s"] for x in rounds[m]) for m in rounds}
+        ratios = [on["tok_s"] / off["tok_s"] for off, on in zip(rounds["off"], rounds["on"])]
+        same = all(a == b for off, on in zip(rounds["off"], rounds["on"]) for a, b in zip(off["texts"], on["texts"]))
+        cfg = {"parallel": P, "tok_s_off": tps["off"], "tok_s_on": tps["on"], "ratio": statistics.mean(ratios),
+               "ratios_per_round": ratios, "texts_identical": same if args.temp == 0 else None,
+               "mtp": rounds["on"][-1].get("mtp")}
+        result["configs"].append(cfg)
+
+    print(f"\n{'slots':>5} {'off tok/s':>10} {'--mtp tok/s':>12} {'ratio':>6} {'AL':>5}  identical@T0")
+    for c in result["configs"]:
+        al = c["mtp"]["mean_accepted_length"] if c["mtp"] else float("nan")
+        print(f"{c['parallel']:>5} {c['tok_s_off']:>10.1f} {c['tok_s_on']:>12.1f} {c['ratio']:>5.2f}x {al:>5.2f}  "
+              f"{c['texts_identical']}")
+    if args.out:
+        for c in result["configs"]:
+            c.pop("texts", None)
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
