@@ -43,7 +43,9 @@ class Server:
     def __init__(self, model: Path, mtp: str, parallel: int, args, log_dir: Path) -> None:
         launch = plan_launch(model, port=free_port(), mtp=mtp, n_draft=args.n_draft, ctx=args.ctx,
                              parallel=parallel, ngl=args.ngl, threads=args.threads,
-                             extra=["--no-webui", "--no-cache-prompt"] if args.no_cache else ["--no-webui"])
+                             adaptive=args.adaptive == "on",
+                             extra=["--no-webui", *(["--no-cache-prompt"] if args.no_cache else []),
+                                    *args.server_args.split()])
         self.url, self.mtp, self.parallel = launch.url, launch.mtp, parallel
         self.log = open(log_dir / f"{mtp}-{parallel}.log", "wb")
         self.proc = subprocess.Popen(launch.argv, stdout=self.log, stderr=subprocess.STDOUT)
@@ -105,6 +107,8 @@ def main() -> int:
     ap.add_argument("--ngl", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-cache", action="store_true", help="start llama-server with --no-cache-prompt")
+    ap.add_argument("--adaptive", choices=("on", "off"), default="on", help="--mtp-adaptive (default: on)")
+    ap.add_argument("--server-args", default="", help="extra llama-server arguments, one string")
     ap.add_argument("--out", default=None, help="write the JSON result here")
     args = ap.parse_args()
 

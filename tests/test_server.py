@@ -93,7 +93,8 @@ def models(tiny_model_path, tmp_path_factory):
     """arch -> model path: two archs with the MTP layer in the file, one dense base + sidecar head."""
     d = tmp_path_factory.mktemp("server-models")
     base, head = make_tiny_dense_split("llama", d / "llama-base.gguf", seed=7)
-    return {"glm4moe": tiny_model_path("glm4moe"), "qwen35": tiny_model_path("qwen35"), "llama+head": base}
+    return {"glm4moe": tiny_model_path("glm4moe"), "qwen35": tiny_model_path("qwen35"), "llama+head": base,
+            "glm4moe-random": tiny_model_path("glm4moe", head="random")}
 
 
 @pytest.fixture(scope="module")
@@ -256,6 +257,20 @@ def test_adaptive_drafting_measures_both_arms_and_keeps_the_text(servers):
             assert completion_text(on, p, stream=False)[0] == completion_text(off, p, stream=False)[0]
     log = on.log.read_text(errors="replace")
     assert "MTP adaptive: 1 generating slot(s): drafting" in log, log[-2000:]
+
+
+def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
+    """A random head (acceptance ~0) makes drafting a loss: the server settles on plain decoding,
+    defers the MTP catch-up, writes it in one go when it explores drafting again, and every text
+    still equals MTP off's."""
+    on, off = servers("glm4moe-random", "on", adaptive=True), servers("glm4moe-random", "off")
+    for i in range(4):
+        for p in PROMPTS:
+            assert completion_text(on, p, stream=False)[0] == completion_text(off, p, stream=False)[0]
+    log = on.log.read_text(errors="replace")
+    assert "-> plain decoding" in log, log[-2000:]
+    assert " E " not in log.replace("E srv", ""), [l for l in log.splitlines() if " E " in l][:5]
+    assert on.healthy()
 
 
 # ----------------------------------------------------------------------------- bad input
