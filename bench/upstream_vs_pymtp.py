@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Pristine upstream llama-server (--spec-type draft-mtp) vs pymtp's (--mtp), same model, A/B.
+
+Builds llama-server from the pinned llama.cpp tree WITHOUT pymtp's patches (once, into
+build/upstream-<backend>/), then runs three servers on the same GGUF, prompts, draft length and
+hardware: plain (no speculation, upstream binary), upstream draft-mtp, and pymtp --mtp
+(adaptive drafting off, so every step drafts, like upstream). Requests go round-robin over the
+three, prompt by prompt, so machine drift hits all alike; the report gives tok/s, the ratio of each
+to plain, and pymtp / upstream.
+
+    python bench/upstream_vs_pymtp.py MODEL.gguf [--n-draft 3] [--prompts mtbench] [--requests 16]
+        [-n 128] [--temp 0] [--draft greedy] [--ngl 0] [--threads N] [--cuda] [--out r.json]
+        [--synthetic-rates 0.917,0.837,0.648]
+
+MODEL must be an architecture upstream can draft for (glm4moe, deepseek2, qwen35, step35, ...;
+not a dense llama/qwen2/qwen3/gemma3 grafted head: only pymtp runs those, compare its modes with
+`pymtp bench --modes` instead). With --synthetic-rates both servers accept drafts at random with
+these per-position rates (upstream: --spec-synth-rates; pymtp: the same engine option through the
+server's synthetic path), so random-weight models of realistic shape measure engine cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+
+def build_upstream(backend: str, jobs: int) -> Path:
+    """llama-server from the pinned sdist without patches; cached per backend."""
+    import vendor  # scripts/vendor.py: the same sdist, sha256-checked
+
+    out = ROOT / "build" / f"upstream-{backend}"
+    exe = out / "bin" / "llama-server"
+    if exe.is_file():
+        return exe
+    src = out / "src"
+    if not (src / "CMakeLists.txt").is_file():
+        shutil.rmtree(src, ignore_errors=True)
+        vendor.extract_tree(vendor.fetch_sdist(), src)
+    args = ["cmake", "-S", str(src), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+            "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF"]
+    if backend == "cuda":
+        args += ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=" + os.environ.get("CUDA_ARCH", "90")]
+    if shutil.which("ninja"):
+        args += ["-G", "Ninja"]
+    print(f"building pristine upstream llama-server ({backend}) in {out} ...", file=sys.stderr)
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", str(out), "--target", "llama-server", "-j", str(jobs)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return exe
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, name: str, argv: list[str], log_dir: Path) -> None:
+        from pymtp.server import wait_until_ready
+
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(log_dir / f"{name}.log", "wb")
+        self.proc = subprocess.Popen(argv + ["--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT)
+        wait_until_ready(self.url, self.proc, timeout=900)
+
+    def complete(self, prompt: str, n: int, temp: float, seed: int, extra: dict) -> dict:
+        body = {"prompt": prompt, "n_predict": n, "temperature": temp, "seed": seed, "cache_prompt": False,
+                **extra}
+        req = urllib.request.Request(self.url + "/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=900) as r:
+            res = json.loads(r.read())
+        res["_wall_s"] = time.perf_counter() - t0
+        return res
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("--n-draft", type=int, default=3)
+    ap.add_argument("--prompts", default="mtbench")
+    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("--temp", type=float, default=0.0)
+    ap.add_argument("--draft", default="greedy", help="pymtp draft mode (default: greedy, upstream's way)")
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--ngl", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--cuda", action="store_true", help="build upstream with CUDA (pymtp must be a CUDA build too)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--synthetic-rates", default=None, help="per-position acceptance rates for both servers")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    from pymtp.bench.prompts import load_prompts
+    from pymtp.server import server_binary
+
+    model = Path(args.model).resolve()
+    prompts = load_prompts(args.prompts)[: args.requests]
+    upstream = build_upstream("cuda" if args.cuda else "cpu", args.jobs)
+    common = ["-m", str(model), "-c", str(args.ctx), "-np", "1", "--no-webui", "--host", "127.0.0.1"]
+    if args.ngl:
+        common += ["-ngl", str(args.ngl)]
+    if args.threads:
+        common += ["-t", str(args.threads), "-tb", str(args.threads)]
+    synth = ["--spec-synth-rates", args.synthetic_rates] if args.synthetic_rates else []
+    configs = {
+        "plain": [str(upstream), *common],
+        "upstream draft-mtp": [str(upstream), *common, "--spec-type", "draft-mtp", "--spec-draft-n-max",
+                               str(args.n_draft), *synth],
+        "pymtp --mtp": [str(server_binary()), *common, "--mtp", "--mtp-n-draft", str(args.n_draft),
+                        "--mtp-draft", args.draft, "--mtp-adaptive", "off", *synth],
+    }
+    log_dir = Path(tempfile.mkdtemp(prefix="pymtp-vs-upstream-"))
+    servers = {}
+    try:
+        for name, argv in configs.items():
+            servers[name] = Server(name.split()[0], argv, log_dir)
+        for s in servers.values():  # warm-up
+            s.complete(prompts[0], 8, 0.0, 0, {})
+        runs = {name: [] for name in servers}
+        for i, p in enumerate(prompts):
+            order = list(servers.items())
+            order = order[i % len(order):] + order[: i % len(order)]  # rotate who goes first
+            for name, s in order:
+                r = s.complete(p, args.n, args.temp, i, {})
+                t = r["timings"]
+                runs[name].append({"tokens": t["predicted_n"], "ms": t["predicted_ms"], "text": r["content"],
+                                   "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0)})
+            print(f"  prompt {i + 1}/{len(prompts)}", file=sys.stderr)
+    finally:
+        for s in servers.values():
+            s.stop()
+
+    def tps(name):
+        return sum(x["tokens"] for x in runs[name]) / (sum(x["ms"] for x in runs[name]) / 1e3)
+
+    base = tps("plain")
+    result = {"model": str(model), "machine": platform.processor() or platform.machine(), "args": vars(args),
+              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "log_dir": str(log_dir), "configs": {}}
+    print(f"\n{'config':<20} {'tok/s':>8} {'vs plain':>9} {'accepted/drafted':>17}")
+    for name in runs:
+        d = sum(x["draft_n"] for x in runs[name])
+        a = sum(x["draft_n_accepted"] for x in runs[name])
+        result["configs"][name] = {"tok_s": tps(name), "vs_plain": tps(name) / base, "drafted": d, "accepted": a,
+                                   "per_prompt_ratio_vs_plain": [
+                                       (x["tokens"] / x["ms"]) / (y["tokens"] / y["ms"])
+                                       for x, y in zip(runs[name], runs["plain"])]}
+        print(f"{name:<20} {tps(name):>8.1f} {tps(name) / base:>8.2f}x {a:>8}/{d:<8}")
+    ratio = tps("pymtp --mtp") / tps("upstream draft-mtp")
+    result["pymtp_vs_upstream"] = ratio
+    same = all(x["text"] == y["text"] for x, y in zip(runs["pymtp --mtp"], runs["plain"]))
+    result["pymtp_text_identical_to_plain"] = same if args.temp == 0 and not args.synthetic_rates else None
+    print(f"\npymtp / upstream: {ratio:.2f}x   (pymtp text identical to plain at T=0: "
+          f"{result['pymtp_text_identical_to_plain']})")
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
