@@ -103,11 +103,11 @@ def servers(models, tmp_path_factory):
     logs = tmp_path_factory.mktemp("server-logs")
     running: dict = {}
 
-    def get(arch: str, mtp: str, parallel: int = 1, adaptive: bool = False) -> Server:
-        key = (arch, mtp, parallel, adaptive)
+    def get(arch: str, mtp: str, parallel: int = 1, adaptive: bool = False, extra: tuple = ()) -> Server:
+        key = (arch, mtp, parallel, adaptive, extra)
         if key not in running:
-            running[key] = Server(models[arch], logs / f"{arch}-{mtp}-{parallel}-{adaptive}.log", mtp=mtp,
-                                  parallel=parallel, adaptive=adaptive)
+            running[key] = Server(models[arch], logs / f"{arch}-{mtp}-{parallel}-{adaptive}-{len(running)}.log",
+                                  mtp=mtp, parallel=parallel, adaptive=adaptive, extra=extra)
         return running[key]
 
     yield get
@@ -187,6 +187,20 @@ def test_timings_report_mtp_stats(servers):
     assert len(mtp_timings(r1)["acceptance_per_position"]) == 1
     _, r0 = completion_text(s, PROMPTS[0], stream=False, mtp_n_draft=0)
     assert mtp_timings(r0)["drafted"] == 0
+
+
+def test_metrics_count_mtp_work(servers):
+    s = servers("glm4moe", "on", extra=("--metrics",))
+    for p in PROMPTS[:2]:
+        completion_text(s, p, stream=False)
+    completion_text(s, PROMPTS[2], stream=False)  # the slot reports the previous request on reuse
+    text = urllib.request.urlopen(s.url + "/metrics", timeout=10).read().decode()
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("llamacpp:") and len(line.split()) == 2}
+    assert values["llamacpp:mtp_requests_total"] >= 2
+    assert values["llamacpp:mtp_draft_seconds_total"] > 0 and values["llamacpp:mtp_verify_seconds_total"] > 0
+    assert values["llamacpp:spec_decode_num_draft_tokens_total"] > 0
+    assert 0 < values["llamacpp:spec_decode_num_accepted_tokens_total"] <= values["llamacpp:spec_decode_num_draft_tokens_total"]
 
 
 @pytest.mark.parametrize("mode", ["greedy", "chain", "stochastic"])
