@@ -177,10 +177,11 @@ def main() -> int:
         print(f"{name:<20} {tps(name):>8.1f} {tps(name) / base:>8.2f}x {a:>8}/{d:<8}")
     ratio = tps("pymtp --mtp") / tps("upstream draft-mtp")
     result["pymtp_vs_upstream"] = ratio
-    same = all(x["text"] == y["text"] for x, y in zip(runs["pymtp --mtp"], runs["plain"]))
-    result["pymtp_text_identical_to_plain"] = same if args.temp == 0 and not args.synthetic_rates else None
-    print(f"\npymtp / upstream: {ratio:.2f}x   (pymtp text identical to plain at T=0: "
-          f"{result['pymtp_text_identical_to_plain']})")
+    # (plain is the upstream binary, whose CPU kernels are not batch-size invariant, so its greedy text
+    # may differ from any speculative run's; pymtp's own identity with MTP off is tested in tests/)
+    same = sum(x["text"] == y["text"] for x, y in zip(runs["pymtp --mtp"], runs["upstream draft-mtp"]))
+    result["pymtp_texts_equal_to_upstream_draft_mtp"] = f"{same}/{len(prompts)}"
+    print(f"\npymtp / upstream: {ratio:.2f}x   (texts equal to upstream draft-mtp's: {same}/{len(prompts)})")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     return 0
