@@ -20,7 +20,6 @@ import argparse
 import concurrent.futures as cf
 import json
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,13 +29,8 @@ import urllib.request
 from pathlib import Path
 
 from pymtp.bench.prompts import load_prompts
-from pymtp.server import plan_launch, wait_until_ready
+from pymtp.server import free_port, plan_launch, stop_server, wait_until_ready
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -60,11 +54,7 @@ class Server:
             return json.loads(r.read())
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_server(self.proc, timeout=30)
         self.log.close()
 
 

@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -65,15 +64,10 @@ def build_upstream(backend: str, jobs: int) -> Path:
     return exe
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class Server:
     def __init__(self, name: str, argv: list[str], log_dir: Path) -> None:
-        from pymtp.server import wait_until_ready
+        from pymtp.server import free_port, wait_until_ready
 
         self.name = name
         self.port = free_port()
@@ -94,11 +88,9 @@ class Server:
         return res
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        from pymtp.server import stop_server
+
+        stop_server(self.proc, timeout=30)
         self.log.close()
 
 

@@ -24,19 +24,13 @@ openai = pytest.importorskip("openai")
 
 from gpu import NGL
 from pymtp.devtools.tiny_dense import make_tiny_dense_split
-from pymtp.server import plan_launch, wait_until_ready
+from pymtp.server import free_port, plan_launch, stop_server, wait_until_ready
 
 PROMPTS = ["Hello world", "The capital of France is", "1, 2, 3, 4,", "Once upon a time there"]
 CHAT = [[{"role": "user", "content": "Say something."}],
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Count to five."}]]
 N_PREDICT = 24
 CTX = 512
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -78,13 +72,7 @@ class Server:
             return False
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_server(self.proc)
         self._log_f.close()
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import subprocess
 import sys
 
@@ -74,7 +73,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pymtp.server import plan_launch, wait_until_ready
+    from pymtp.server import plan_launch, stop_server, wait_until_ready
 
     extra = list(args.server_args or [])
     path = common.resolve_model_path(args.model)
@@ -94,21 +93,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"pymtp: serving {path.name} at {launch.url}  (MTP {mtp}; OpenAI API at {launch.url}/v1; "
               "Ctrl-C stops)", file=sys.stderr, flush=True)
         return proc.wait()
-    except KeyboardInterrupt:
-        _stop(proc)
-        raise
-    except BaseException:
-        _stop(proc)
+    except BaseException:  # Ctrl-C included: never leave the server running
+        stop_server(proc, timeout=10)
         raise
 
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop the server: SIGINT (it finishes cleanly), then SIGKILL if it does not exit in time."""
-    if proc.poll() is not None:
-        return
-    try:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()

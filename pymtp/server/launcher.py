@@ -8,6 +8,9 @@ draft and verify with one implementation.
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -139,3 +142,22 @@ def wait_until_ready(url: str, proc, timeout: float = 300.0, poll: float = 0.2) 
         if time.monotonic() > deadline:
             raise PymtpError(f"llama-server did not become ready within {timeout:.0f} s")
         time.sleep(poll)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (for tests and benchmarks)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def stop_server(proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    """Stop a server process: SIGINT (it shuts down cleanly), SIGKILL if it has not exited in time."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
