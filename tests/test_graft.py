@@ -163,6 +163,7 @@ def grafted(tiny_llama, tmp_path_factory):
     rc = main(["graft", str(tiny_llama), "-o", str(head), "--report", str(report),
                "--data-cache", str(out / "cache"), "--corpus", str(corpus), *GRAFT_ARGS])
     assert rc == 0
+    (out / "head-default.gguf").write_bytes(head.read_bytes())   # test_resume rewrites head.gguf
     return head, json.loads(report.read_text()), out
 
 
@@ -339,3 +340,116 @@ def test_graft_other_archs(tmp_path, arch, window):
     r = compare_head(base, head, seqs=seqs, n_threads=1)
     assert r["max_abs_diff_mtp_logits"] < 5e-2, r
     assert r["mtp_argmax_agreement"] == 1.0, r
+
+
+# --------------------------------------------------------------------------- --heads N
+
+N_HEADS = 3
+CHECK_SEQ = [72, 101, 108, 108, 111, 44, 32, 116, 104, 101, 114, 101, 33, 10, 87, 104, 97, 116, 32, 105, 115]
+
+
+@pytest.fixture(scope="module")
+def grafted_heads(grafted, tiny_llama):
+    """--heads 3 on the same data as ``grafted`` (its generated-data cache is reused)."""
+    _, _, out = grafted
+    head, report = out / "heads3.gguf", out / "heads3.json"
+    rc = main(["graft", str(tiny_llama), "-o", str(head), "--report", str(report), "--heads", str(N_HEADS),
+               "--data-cache", str(out / "cache"), "--corpus", str(out / "corpus.txt"), *GRAFT_ARGS])
+    assert rc == 0
+    return head, json.loads(report.read_text())
+
+
+def test_heads_gguf_holds_n_blocks(grafted_heads):
+    head, _ = grafted_heads
+    r = gguf.GGUFReader(str(head))
+    names = {t.name for t in r.tensors}
+    want = set().union(*(expected_head_names(N_LAYER + j) for j in range(N_HEADS)))
+    assert names == want
+    kv = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    assert kv["llama.nextn_predict_layers"] == N_HEADS
+    assert kv["llama.block_count"] == N_LAYER + N_HEADS
+    assert kv["llama.embedding_length"] == D
+    assert kv["pymtp.graft.heads"] == N_HEADS
+    assert len(kv["pymtp.graft.val_top1_agreement_per_head"].split(",")) == N_HEADS
+    # the heads are distinct blocks (own init noise, own training)
+    t = {t.name: np.array(t.data, dtype=np.float32) for t in r.tensors}
+    for j in range(1, N_HEADS):
+        a, b = t[f"blk.{N_LAYER}.nextn.eh_proj.weight"], t[f"blk.{N_LAYER + j}.nextn.eh_proj.weight"]
+        assert a.shape == b.shape and not np.array_equal(a, b)
+
+
+def test_heads_every_head_learns(grafted_heads):
+    _, report = grafted_heads
+    assert report["head"]["n_heads"] == N_HEADS
+    val = report["history"]["val"]
+    assert val[0]["step"] == 0 and val[-1]["step"] == 30
+    first, last = val[0]["per_step"], val[-1]["per_step"]
+    assert len(first) == len(last) == N_HEADS
+    for j in range(N_HEADS):
+        assert last[j]["kl"] < 0.8 * first[j]["kl"], (j, first[j], last[j])
+        assert last[j]["agree"] > first[j]["agree"], (j, first[j], last[j])
+    train = report["history"]["train"]
+    for j in range(N_HEADS):
+        a = np.mean([r["kl_per_head"][j] for r in train[:3]])
+        b = np.mean([r["kl_per_head"][j] for r in train[-2:]])
+        assert b < 0.8 * a, (j, a, b)
+    assert report["val_top1_per_head"] == [s["agree"] for s in last]
+
+
+def test_llama_cpp_runs_each_grafted_head_like_torch(grafted_heads, tiny_llama):
+    """llama.cpp loads the N-head sidecar; head j (llama_set_nextn_layer_offset(ctx, j), fed
+    llama.cpp's own head j-1 output) computes what the trainer's torch chain computes."""
+    from pymtp.graft.check import compare_head
+
+    head, _ = grafted_heads
+    r = compare_head(tiny_llama, head, seqs=[CHECK_SEQ], n_threads=1)
+    assert r["n_heads"] == N_HEADS and len(r["per_head"]) == N_HEADS
+    assert r["max_abs_diff_target_hidden"] < 2e-3, r
+    for p in r["per_head"]:
+        assert p["max_abs_diff_mtp_logits"] < 5e-2, r
+        assert p["mtp_argmax_agreement"] == 1.0, r
+
+
+def test_heads_merge_and_generate(grafted_heads, tiny_llama, tmp_path):
+    import pymtp
+    from pymtp.graft.writer import merge_head
+    from pymtp.gguf_meta import read_info
+
+    head, _ = grafted_heads
+    assert read_info(head).n_mtp_layers == N_HEADS
+    merged = merge_head(tiny_llama, head, tmp_path / "merged.gguf")
+    info = read_info(merged)
+    assert info.n_mtp_layers == N_HEADS and info.n_layer == N_LAYER + N_HEADS
+    with pymtp.Model(tiny_llama, mtp="on", mtp_head=head, n_draft=3, n_ctx=256, n_threads=1) as m:
+        assert m.mtp_enabled
+        out = m.generate("Hello", max_tokens=16)
+        assert out.stats.to_dict()["n_drafted"] > 0
+    with pymtp.Model(tiny_llama, mtp="off", n_ctx=256, n_threads=1) as m:
+        assert m.generate("Hello", max_tokens=16).tokens == out.tokens       # lossless
+
+
+def test_heads_1_is_the_single_head_recipe(grafted, tiny_llama):
+    """--heads 1 writes exactly the default run's bytes (same seed, same data)."""
+    _, _, out = grafted
+    head = out / "heads1.gguf"
+    rc = main(["graft", str(tiny_llama), "-o", str(head), "--heads", "1",
+               "--data-cache", str(out / "cache"), "--corpus", str(out / "corpus.txt"), *GRAFT_ARGS])
+    assert rc == 0
+    assert head.read_bytes() == (out / "head-default.gguf").read_bytes()
+
+
+@pytest.mark.parametrize("extra,message", [(["--heads", "0"], "--heads must be in 1..8"),
+                                           (["--heads", "2", "--chain", "3"], "--chain applies to --heads 1")])
+def test_heads_bad_arguments(tiny_llama, tmp_path, capsys, extra, message):
+    rc = main(["graft", str(tiny_llama), "-o", str(tmp_path / "h.gguf"), *extra])
+    assert rc != 0
+    assert message in capsys.readouterr().err
+
+
+def test_heads_help(capsys):
+    try:
+        main(["graft", "--help"])
+    except SystemExit:
+        pass
+    text = capsys.readouterr().out
+    assert "--heads N" in text and "head j-1" in text

@@ -22,7 +22,15 @@ loads next to the base (--mtp-head, or <model>.mtp.gguf beside the model).
    embeddings and LM head are the base's, frozen and not written). It learns
    the base's next-token distribution one step further (KL), including chained
    draft steps fed its own output (--chain);
-3. output: HEAD.gguf (f16 or q8_0 matrices) with provenance keys, a resumable
+   --heads N trains N chained heads instead, one per draft step: head j gets the
+   real token x_p and head j-1's output hidden state of position p-1 (head 0:
+   the base's), so it sees the base's context only up to p-1-j, and predicts
+   x_{p+1} like the others; each head has its own attention (KV) over its own
+   entries. All heads train together, teacher-forced, the loss summed over
+   heads (weights 1, 1/2, 1/4, ...); the validation reports each head's top-1
+   agreement with the base;
+3. output: HEAD.gguf (f16 or q8_0 matrices; N heads: nextn_predict_layers = N,
+   blocks n_layer .. n_layer+N-1) with provenance keys, a resumable
    checkpoint HEAD.gguf.ckpt.pt, and optionally a JSON report.
 
 Architectures: llama, qwen2, qwen3, gemma3 (dense). Uses CUDA when available."""
@@ -33,6 +41,7 @@ examples:
   pymtp graft base.gguf -o head.gguf --report graft.json   # ~10 min on one H100 for SmolLM2
   pymtp graft base.gguf -o head.gguf --device cpu --samples 64 --steps 200 --batch 4 --seq-len 256
   pymtp graft base.gguf -o head.gguf --resume           # continue an interrupted run
+  pymtp graft base.gguf -o base.mtp3.gguf --heads 3     # 3 chained heads (one per draft step)
   pymtp generate base.gguf --mtp-head head.gguf -p "Hello"   # use the head"""
 
 TORCH_MISSING = "pymtp graft needs PyTorch: pip install 'pymtp[graft]'"
@@ -55,9 +64,13 @@ def register(subparsers) -> None:
     g.add_argument("--threads", type=int, default=0, metavar="N",
                    help="CPU threads for PyTorch (default: PyTorch's choice; 1 can be much faster on "
                         "a busy machine)")
-    g.add_argument("--chain", type=int, default=2, metavar="K",
-                   help="draft steps trained: 1 = teacher-forced only, K > 1 also trains steps 2..K "
-                        "fed the head's own output (default: 2)")
+    g.add_argument("--heads", type=int, default=1, metavar="N",
+                   help="MTP heads to train and write, 1..8: head j drafts step j+1, fed head j-1's "
+                        "output hidden state (default: 1; with N > 1 each head is one draft step and "
+                        "--chain does not apply)")
+    g.add_argument("--chain", type=int, default=None, metavar="K",
+                   help="draft steps trained for one head (--heads 1): 1 = teacher-forced only, "
+                        "K > 1 also trains steps 2..K fed the head's own output (default: 2)")
     g.add_argument("--init", choices=("mix", "h", "e"), default="mix",
                    help="eh_proj initialisation: mix = [I/2 | I/2], h = [0 | I], e = [I | 0] "
                         "(default: mix)")
@@ -109,7 +122,10 @@ def validate(args) -> None:
     check(args.lr > 0, f"--lr must be > 0 (got {args.lr})")
     check(args.seed >= 0, f"--seed must be >= 0 (got {args.seed})")
     check(args.threads >= 0, f"--threads must be >= 0 (got {args.threads})")
-    check(1 <= args.chain <= 8, f"--chain must be in 1..8 (got {args.chain})")
+    check(1 <= args.heads <= 8, f"--heads must be in 1..8 (got {args.heads})")
+    check(args.chain is None or 1 <= args.chain <= 8, f"--chain must be in 1..8 (got {args.chain})")
+    check(args.chain is None or args.heads == 1,
+          "--chain applies to --heads 1 only (with --heads N each head is one draft step)")
     check(args.samples >= 0, f"--samples must be >= 0 (got {args.samples})")
     check(args.samples > 0 or args.corpus, "--samples 0 needs --corpus files")
     check(args.samples == 0 or args.samples >= 2, f"--samples must be >= 2 (got {args.samples})")
@@ -129,34 +145,67 @@ def require_torch() -> None:
         raise PymtpError(TORCH_MISSING) from e
 
 
+def open_tokenizer(base, args):
+    """The base's tokenizer (libllama, vocab only), opened and used for every prompt and corpus
+    text *before* PyTorch/numpy load: on a system where libllama's CUDA build carries its own
+    libstdc++ pieces, a process that loaded the system libstdc++ first (numpy, torch) crashes
+    in the vocab's std::regex (bench/device/README.md). The training code then only reads the
+    memoized results."""
+    from pymtp.graft.tokenizer import Tokenizer, pretokenize
+
+    tok = Tokenizer(base)
+    try:
+        pretokenize(tok, args.samples, args.seed, args.corpus)
+    except BaseException:
+        tok.close()
+        raise
+    return tok
+
+
 def run(args: argparse.Namespace) -> int:
     validate(args)
-    require_torch()
-    from pymtp.graft.data import GenConfig
-    from pymtp.graft.train import GraftJob, TrainConfig, graft
+    import importlib.util
 
+    if importlib.util.find_spec("torch") is None:        # without importing it (see open_tokenizer)
+        raise PymtpError(TORCH_MISSING)
     base = common.resolve_model_path(args.model)
     out = Path(args.output)
     if out.resolve() == Path(base).resolve():
         raise InvalidArgumentError("-o must not be the base model itself")
+    tok = open_tokenizer(base, args)
+    try:
+        require_torch()
+        from pymtp.graft.data import GenConfig
+        from pymtp.graft.train import GraftJob, TrainConfig, graft
+    except BaseException:
+        tok.close()
+        raise
+
     job = GraftJob(
         base=Path(base), out=out,
         train=TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
-                          seed=args.seed, device=args.device, chain=args.chain, init=args.init,
-                          ce_weight=args.ce_weight, cache_gb=args.cache_gb, threads=args.threads,
-                          loss_positions=args.loss_positions),
+                          seed=args.seed, device=args.device,
+                          chain=args.chain if args.chain is not None else (2 if args.heads == 1 else 1),
+                          init=args.init, ce_weight=args.ce_weight, cache_gb=args.cache_gb,
+                          threads=args.threads, loss_positions=args.loss_positions, heads=args.heads),
         gen=GenConfig(samples=args.samples, gen_tokens=args.gen_tokens, seed=args.seed,
                       greedy_frac=args.greedy_frac),
         corpus=[Path(f) for f in args.corpus], head_type=args.head_type, resume=args.resume,
         report=args.report, data_cache=args.data_cache, gen_batch=args.gen_batch,
-        progress=not args.quiet,
+        progress=not args.quiet, tokenizer=tok,
     )
     report = graft(job)
     val = report["final"]["val"]
     line = f"wrote {out}"
+    if args.heads > 1:
+        line += f" ({args.heads} heads)"
     if val:
-        line += f": val top-1 agreement {val['agree']:.3f}"
-        if len(val["per_step"]) > 1:
-            line += " (draft steps: " + ", ".join(f"{s['agree']:.3f}" for s in val["per_step"]) + ")"
+        if args.heads > 1:
+            line += ": val top-1 agreement with the base per head: " + ", ".join(
+                f"head {j} {s['agree']:.3f}" for j, s in enumerate(val["per_step"]))
+        else:
+            line += f": val top-1 agreement {val['agree']:.3f}"
+            if len(val["per_step"]) > 1:
+                line += " (draft steps: " + ", ".join(f"{s['agree']:.3f}" for s in val["per_step"]) + ")"
     print(line)
     return 0

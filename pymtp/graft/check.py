@@ -7,7 +7,10 @@ and the argmax agreement.
 
 ``compare_head(base, head)`` (needs a llama.cpp build with the dense MTP graph) does the same
 for a grafted head: llama.cpp's MTP context fed the teacher-forced pairs (x_p, h_{p-1}) vs
-:class:`pymtp.graft.torch_model.MTPHead`.
+:class:`pymtp.graft.torch_model.MTPHead`. A file of N chained heads (``pymtp graft --heads N``)
+is checked head by head: head j runs in its own MTP context with
+``llama_set_nextn_layer_offset(ctx, j)``, fed (x_p, g_{j-1}(p-1)) where g_{j-1} is llama.cpp's
+own output hidden state of head j-1 (h_nextn), and torch runs the same chain.
 
     python -m pymtp.graft.check [MODEL.gguf] [--head HEAD.gguf] [--json]
 """
@@ -162,7 +165,10 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
     head), then the MTP context fed the teacher-forced pairs (x_p, h_{p-1}) of each sequence:
     its logits and output hidden state. Needs a build with the dense MTP graph (patch 0003); the
     head is loaded as a sidecar where the bindings know ``mtp_head_path`` (patch 0004), else
-    merged into a temporary copy of the base."""
+    merged into a temporary copy of the base.
+
+    With N > 1 heads in the file every head is compared (see the module docstring): the top-level
+    numbers are the worst over the heads, ``per_head`` has each head's own."""
     import tempfile
 
     import torch
@@ -177,6 +183,9 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
         with pymtp.Model(base_path, mtp="off", n_ctx=512, n_threads=n_threads) as model:
             seqs = prompt_tokens(model, prompts)
     lib = L.lib()
+    from pymtp.gguf_meta import read_info
+
+    n_heads = max(1, read_info(head_path).n_mtp_layers)
     sidecar = any(f[0] == "mtp_head_path" for f in L.llama_model_params._fields_)
     with tempfile.TemporaryDirectory(prefix="pymtp-check-") as tmp:
         mp = lib.llama_model_default_params()
@@ -199,47 +208,66 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
             ref = []
             for seq in seqs:
                 ctx = _context(lib, model, len(seq), n_threads)
-                mctx = _context(lib, model, len(seq), n_threads, ctx_type=L.LLAMA_CONTEXT_TYPE_MTP)
                 try:
                     lib.llama_set_embeddings_nextn(ctx, True, False)
-                    lib.llama_set_embeddings_nextn(mctx, True, False)
                     _decode(lib, ctx, seq, 0)
                     h = _rows(lib.llama_get_embeddings_nextn_ith, ctx, len(seq), n_embd)
-                    h_in = np.vstack([np.zeros((1, n_embd), np.float32), h[:-1]])
-                    _decode(lib, mctx, seq, 0, h_in)
-                    ref.append((h, _rows(lib.llama_get_logits_ith, mctx, len(seq), n_vocab),
-                                _rows(lib.llama_get_embeddings_nextn_ith, mctx, len(seq), n_embd)))
                 finally:
-                    lib.llama_free(mctx)
                     lib.llama_free(ctx)
+                per_head, g = [], h
+                for j in range(n_heads):
+                    # head j, its own MTP context (its own KV): (x_p, g_{j-1}(p-1)), g_{-1} = h
+                    mctx = _context(lib, model, len(seq), n_threads, ctx_type=L.LLAMA_CONTEXT_TYPE_MTP)
+                    try:
+                        lib.llama_set_embeddings_nextn(mctx, True, False)
+                        if n_heads > 1:
+                            lib.llama_set_nextn_layer_offset(mctx, j)
+                        g_in = np.vstack([np.zeros((1, n_embd), np.float32), g[:-1]])
+                        _decode(lib, mctx, seq, 0, g_in)
+                        logits = _rows(lib.llama_get_logits_ith, mctx, len(seq), n_vocab)
+                        g = _rows(lib.llama_get_embeddings_nextn_ith, mctx, len(seq), n_embd)
+                        per_head.append((logits, g))
+                    finally:
+                        lib.llama_free(mctx)
+                ref.append((h, per_head))
         finally:
             lib.llama_model_free(model)
 
     base_g = load_base(base_path, with_sha=False)
     base = BaseModel(base_g)
-    head = MTPHead.from_gguf(base_g.hparams, head_path)
     hp = base_g.hparams
-    res = {"max_abs_diff_target_hidden": 0.0, "max_abs_diff_mtp_logits": 0.0,
-           "max_abs_diff_mtp_hidden": 0.0, "mtp_argmax_agreement": 0.0, "n_tokens": 0,
+    heads = [MTPHead.from_gguf(hp, head_path, index=j) for j in range(n_heads)]
+    per = [{"max_abs_diff_mtp_logits": 0.0, "max_abs_diff_mtp_hidden": 0.0, "agree": 0}
+           for _ in range(n_heads)]
+    res = {"max_abs_diff_target_hidden": 0.0, "n_tokens": 0, "n_heads": n_heads,
            "loaded_as": "sidecar" if sidecar else "merged"}
-    agree = 0
     with torch.no_grad():
-        for seq, (h_ref, l_ref, o_ref) in zip(seqs, ref):
+        for seq, (h_ref, heads_ref) in zip(seqs, ref):
             x = torch.tensor([seq])
             h = base(x)
-            h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
             cos, sin = rope_tables(torch.arange(len(seq)), hp.n_rot, hp.rope_base, hp.rope_freq_scale,
                                    base.rope_freqs)
-            out, _ = head(base.tok_embd[x], h_prev, cos, sin)
-            logits = base.logits(out)[0].numpy()
-            out = out[0].numpy()
             res["max_abs_diff_target_hidden"] = max(res["max_abs_diff_target_hidden"],
                                                     float(np.abs(h[0].numpy() - h_ref).max()))
-            res["max_abs_diff_mtp_logits"] = max(res["max_abs_diff_mtp_logits"], float(np.abs(logits - l_ref).max()))
-            res["max_abs_diff_mtp_hidden"] = max(res["max_abs_diff_mtp_hidden"], float(np.abs(out - o_ref).max()))
-            agree += int((logits.argmax(-1) == l_ref.argmax(-1)).sum())
+            g = h
+            for head, st, (l_ref, o_ref) in zip(heads, per, heads_ref):
+                g_prev = torch.cat([torch.zeros_like(g[:, :1]), g[:, :-1]], dim=1)
+                g, _ = head(base.tok_embd[x], g_prev, cos, sin)
+                logits = base.logits(g)[0].numpy()
+                out = g[0].numpy()
+                st["max_abs_diff_mtp_logits"] = max(st["max_abs_diff_mtp_logits"],
+                                                    float(np.abs(logits - l_ref).max()))
+                st["max_abs_diff_mtp_hidden"] = max(st["max_abs_diff_mtp_hidden"], float(np.abs(out - o_ref).max()))
+                st["agree"] += int((logits.argmax(-1) == l_ref.argmax(-1)).sum())
             res["n_tokens"] += len(seq)
-    res["mtp_argmax_agreement"] = agree / max(res["n_tokens"], 1)
+    n = max(res["n_tokens"], 1)
+    per_head = [{"head": j, "max_abs_diff_mtp_logits": st["max_abs_diff_mtp_logits"],
+                 "max_abs_diff_mtp_hidden": st["max_abs_diff_mtp_hidden"],
+                 "mtp_argmax_agreement": st["agree"] / n} for j, st in enumerate(per)]
+    res["max_abs_diff_mtp_logits"] = max(p["max_abs_diff_mtp_logits"] for p in per_head)
+    res["max_abs_diff_mtp_hidden"] = max(p["max_abs_diff_mtp_hidden"] for p in per_head)
+    res["mtp_argmax_agreement"] = min(p["mtp_argmax_agreement"] for p in per_head)
+    res["per_head"] = per_head
     return res
 
 
@@ -274,6 +302,11 @@ def main(argv=None) -> int:
                   f"max |MTP hidden diff| {h['max_abs_diff_mtp_hidden']:.4g}   "
                   f"argmax agreement {h['mtp_argmax_agreement']:.4f}   "
                   f"(target h_p diff {h['max_abs_diff_target_hidden']:.4g})")
+            if h["n_heads"] > 1:
+                for p in h["per_head"]:
+                    print(f"    head {p['head']}: max |MTP logits diff| {p['max_abs_diff_mtp_logits']:.4g}   "
+                          f"max |MTP hidden diff| {p['max_abs_diff_mtp_hidden']:.4g}   "
+                          f"argmax agreement {p['mtp_argmax_agreement']:.4f}")
     return 0
 
 

@@ -22,10 +22,9 @@ import numpy as np
 
 from pymtp.errors import PymtpError
 
-from .prompts import build_prompts
+from .prompts import MAX_UNIQUE_PROMPTS, unique_prompts
 
 DATA_VERSION = 1          # bump when the prompt set or the generation recipe changes
-MAX_UNIQUE_PROMPTS = 20000
 MIN_SEQ_TOKENS = 4
 
 
@@ -120,7 +119,7 @@ class Dataset:
 def sample_plan(cfg: GenConfig):
     """(prompts, [(prompt index, temperature, is_val)] per sample), deterministic by seed."""
     n_unique = max(2, min(cfg.samples, MAX_UNIQUE_PROMPTS))
-    prompts = build_prompts(n_unique, seed=cfg.seed)
+    prompts = unique_prompts(cfg.samples, seed=cfg.seed)
     n_val = min(n_unique - 1, max(1, round(cfg.val_frac * n_unique)))
     plan = []
     for i in range(cfg.samples):

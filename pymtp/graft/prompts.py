@@ -272,3 +272,11 @@ def build_prompts(n: int, seed: int = 0) -> list:
         seen.add(key)
         out.append(p)
     return out
+
+
+MAX_UNIQUE_PROMPTS = 20000
+
+
+def unique_prompts(samples: int, seed: int = 0) -> list:
+    """The distinct prompts a data set of ``samples`` generated sequences cycles through."""
+    return build_prompts(max(2, min(samples, MAX_UNIQUE_PROMPTS)), seed=seed)

@@ -29,11 +29,17 @@ class Tokenizer:
         self.bos_id = int(self.lib.llama_vocab_bos(self.vocab))
         self.add_bos = bool(self.lib.llama_vocab_get_add_bos(self.vocab))
         self.eog_ids = [t for t in range(self.n_vocab) if self.lib.llama_vocab_is_eog(self.vocab, t)]
+        self._memo = {}
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        from pymtp._native.vocab import tokenize
+        """Token ids (memoized: see pretokenize)."""
+        key = (text, bool(add_special), bool(parse_special))
+        ids = self._memo.get(key)
+        if ids is None:
+            from pymtp._native.vocab import tokenize
 
-        return tokenize(self.vocab, text, add_special, parse_special)
+            ids = self._memo[key] = tokenize(self.vocab, text, add_special, parse_special)
+        return list(ids)
 
     def piece(self, token: int) -> bytes:
         from pymtp._native.vocab import token_piece
@@ -69,3 +75,20 @@ class Tokenizer:
             self.close()
         except Exception:
             pass
+
+
+def pretokenize(tok: Tokenizer, samples: int, seed: int, corpus=()) -> None:
+    """Tokenize now (memoized in ``tok``) every prompt a data set of ``samples`` generated
+    sequences uses and every corpus file, exactly as pymtp.graft.data will ask for them, so that
+    no libllama tokenization happens once numpy/PyTorch are loaded (pymtp.cli.graft says why)."""
+    from .prompts import unique_prompts
+
+    if samples > 0:
+        for p in unique_prompts(samples, seed=seed):
+            tok.chat_tokens(p) if isinstance(p, list) else tok.tokenize(p)
+    for f in corpus:
+        try:
+            text = Path(f).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue                     # corpus_dataset reports it
+        tok.tokenize(text, add_special=False, parse_special=False)

@@ -19,6 +19,11 @@ MTP head at position p, inputs (x_p, h_{p-1}) (h_{-1} = 0):
     z = one decoder block of the arch (global attention, position p, causal over MTP positions)
     out = RMSNorm(z) * shared_head_norm           (the next draft step's h)
     logits = LM head(out)                         (the base's, shared and frozen)
+
+Several chained heads (``pymtp graft --heads N``, stored at blk.{n_layer + j}, nextn layer
+offset j): head j's entry at position p pairs x_p with g_{j-1}(p-1), where g_{-1} = the trunk's
+h and g_j(q) = head j's ``out`` at q; each head attends causally over its own entries (its own
+KV cache) and predicts x_{p+1}. See pymtp.graft.train for how they are trained.
 """
 
 from __future__ import annotations
@@ -378,9 +383,10 @@ class MTPHead(nn.Module):
     """The trainable MTP block; embeddings and the LM head come from the (frozen) base."""
 
     def __init__(self, hp: HParams, block: dict, eh_proj: torch.Tensor, enorm: torch.Tensor,
-                 hnorm: torch.Tensor, shared_head_norm: torch.Tensor):
+                 hnorm: torch.Tensor, shared_head_norm: torch.Tensor, index: int = 0):
         super().__init__()
         self.hp = hp
+        self.index = index          # nextn layer offset: the head is stored at blk.{n_layer + index}
         self.block = Block(hp, block, trainable=True, swa=False)
         self.eh_proj = nn.Parameter(eh_proj.clone().float())
         self.enorm = nn.Parameter(enorm.clone().float())
@@ -388,7 +394,7 @@ class MTPHead(nn.Module):
         self.shared_head_norm = nn.Parameter(shared_head_norm.clone().float())
 
     @classmethod
-    def from_base(cls, base: BaseGGUF, init: str = "mix", seed: int = 0) -> "MTPHead":
+    def from_base(cls, base: BaseGGUF, init: str = "mix", seed: int = 0, index: int = 0) -> "MTPHead":
         """Warm start: the block is a copy of the base's last layer; norms are ones, the output
         norm is the base's final norm; eh_proj per ``init``:
 
@@ -413,25 +419,27 @@ class MTPHead(nn.Module):
             raise ValueError(f"unknown init {init!r}; expected one of {INIT_CHOICES}")
         block = {k: v.float() for k, v in block_tensors(t, hp.n_layer - 1, hp.arch, for_mtp=True).items()}
         ones = torch.ones(D)
-        return cls(hp, block, eh, ones, ones, t["output_norm.weight"].float())
+        return cls(hp, block, eh, ones, ones, t["output_norm.weight"].float(), index=index)
 
     @classmethod
-    def from_gguf(cls, hp: HParams, path) -> "MTPHead":
-        """The head stored in a head-only (or merged) GGUF at block index hp.n_layer."""
+    def from_gguf(cls, hp: HParams, path, index: int = 0) -> "MTPHead":
+        """Head ``index`` of a head-only (or merged) GGUF: block hp.n_layer + index."""
         from .gguf_weights import load_tensors, open_reader
 
-        L = hp.n_layer
+        L = hp.n_layer + index
         reader = open_reader(path)
         names = [t.name for t in reader.tensors if t.name.startswith(f"blk.{L}.")]
+        if not names:
+            raise ValueError(f"{path} has no tensors blk.{L}.* (head {index})")
         t = load_tensors(reader, names)
         block = {n[len(f"blk.{L}."):]: v for n, v in t.items() if not n.startswith(f"blk.{L}.nextn.")}
         nx = {s: t[f"blk.{L}.{s}"] for s in NEXTN_SUFFIXES}
         return cls(hp, block, nx["nextn.eh_proj.weight"], nx["nextn.enorm.weight"],
-                   nx["nextn.hnorm.weight"], nx["nextn.shared_head_norm.weight"])
+                   nx["nextn.hnorm.weight"], nx["nextn.shared_head_norm.weight"], index=index)
 
     def gguf_tensors(self) -> dict:
-        """{gguf name: float32 numpy} of the head at block index n_layer."""
-        L = self.hp.n_layer
+        """{gguf name: float32 numpy} of the head at block index n_layer + index."""
+        L = self.hp.n_layer + self.index
         out = {}
         for suffix in self.block.suffixes:
             out[f"blk.{L}.{suffix}"] = self.block.w(suffix).detach().float().cpu().numpy()

@@ -13,6 +13,22 @@ corpus text; --loss-positions all: every position), optionally + ce_weight * CE(
 token). Only the head trains (AdamW, warmup + cosine, grad clip, bf16 autocast on CUDA with the
 teacher in fp32/TF32). Validation: top-1 agreement (head argmax == base argmax) per draft step
 on held-out sequences, at the drafted positions (agree) and at every position (agree_all).
+
+Several heads (--heads N > 1; the convention the native engine uses, src/models/dense-mtp.cpp
+with llama_set_nextn_layer_offset(ctx, j)): head j is its own MTP block, stored at
+blk.{n_layer + j}. Head j's entry at position p pairs token x_p with g_{j-1}(p-1), where
+g_{-1} = the trunk's h (h_{p-1} above) and g_j(q) = head j's output hidden state at q
+(out = RMSNorm(z) * shared_head_norm, which llama.cpp exposes as h_nextn and which feeds the
+next draft step). Head j at position p predicts x_{p+1}; each head attends causally over its own
+sequence of entries (its own KV cache). Draft step j of the engine runs head j on
+(d_j, g_{j-1}) of the previous step, so head j only sees trunk information up to p-1-j.
+Training is teacher-forced over whole sequences, one pass per head (the --chain unroll with
+pass j run by head j over its own keys): pass 0 = head 0 on (x_p, H_{p-1}); pass j = head j on
+(x_p, out^{j-1}_{p-1}) with causal attention over pass j's own positions. Every head's target is
+the trunk's distribution at p (the token x_{p+1}); loss weight chain_weight^j, gradients flow
+down the chain (head j's loss also trains heads < j through their outputs), positions p >= j.
+Heads j >= 1 start from the same --init recipe as head 0 (noise seeded seed + j). Validation
+reports top-1 agreement with the trunk per head (per_step[j] = head j).
 """
 
 from __future__ import annotations
@@ -64,6 +80,7 @@ class TrainConfig:
     loss_chunk: int = 4096            # rows per LM-head chunk in the loss
     threads: int = 0                  # CPU threads for torch (0: torch's default)
     loss_positions: str = "generated"  # "generated": where drafts are made (corpus: all); "all"
+    heads: int = 1                    # chained MTP heads trained and written (1: one head, --chain)
 
 
 @dataclass
@@ -79,6 +96,7 @@ class GraftJob:
     data_cache: Path | None = None
     gen_batch: int = 0                # 0: 32 on CPU, 256 on CUDA
     progress: bool = True
+    tokenizer: object = None          # an open Tokenizer (the CLI opens it before torch loads)
 
     @property
     def ckpt_path(self) -> Path:
@@ -190,8 +208,11 @@ class Hiddens:
 class Distiller:
     """Head passes + KL/CE against the base's own next-token distribution."""
 
-    def __init__(self, base: BaseModel, head: MTPHead, cfg: TrainConfig, device, autocast):
+    def __init__(self, base: BaseModel, head, cfg: TrainConfig, device, autocast):
+        """head: one MTPHead (trained over cfg.chain draft steps) or an nn.ModuleList of chained
+        heads (pass j = head j, see the module docstring)."""
         self.base, self.head, self.cfg, self.device, self.autocast = base, head, cfg, device, autocast
+        self.heads = list(head) if isinstance(head, torch.nn.ModuleList) else None
         hp = base.hp
         pos = torch.arange(cfg.seq_len, device=device)
         # the MTP block is a global-attention layer with the model's (global) rope
@@ -226,8 +247,9 @@ class Distiller:
 
     def __call__(self, x, valid, lmask, h, all_rows: bool = False):
         """Loss (mean over the loss positions ``lmask``, weighted over draft steps) and per-step
-        stats: kl, agree (top-1 agreement over ``lmask``: the positions drafts are made at),
-        agree_all (over every ``valid`` position; with all_rows=True, else = agree), n."""
+        stats (one per draft step; with several heads one per head): kl, agree (top-1 agreement
+        over ``lmask``: the positions drafts are made at), agree_all (over every ``valid``
+        position; with all_rows=True, else = agree), n."""
         B, T = x.shape
         cfg = self.cfg
         cos, sin = self.cos[:T], self.sin[:T]
@@ -238,9 +260,14 @@ class Distiller:
             emb = self.base.tok_embd[x]
             h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
             history, total, wsum, stats = [], 0.0, 0.0, []
-            for s in range(cfg.chain):
-                out, kv = self.head(emb, h_prev, cos, sin, history=history or None)
-                history.append(kv)
+            n_pass = len(self.heads) if self.heads else cfg.chain
+            for s in range(n_pass):
+                if self.heads:
+                    # head s over its own teacher-forced entries (x_p, g_{s-1}(p-1))
+                    out, _ = self.heads[s](emb, h_prev, cos, sin)
+                else:
+                    out, kv = self.head(emb, h_prev, cos, sin, history=history or None)
+                    history.append(kv)
                 ok = pos[None, :] >= s
                 rows = (valid if all_rows else lmask) & ok
                 w = lmask[rows]
@@ -365,14 +392,18 @@ def graft(job: GraftJob, log=None) -> dict:
     n_params = sum(t.numel() for t in base_g.tensors.values())
     trunk_dtype = torch.bfloat16 if device.type == "cuda" and n_params > BF16_TRUNK_PARAMS else torch.float32
     base = BaseModel(base_g, dtype=trunk_dtype, device=device)
-    head_init = MTPHead.from_base(base_g, init=cfg.init, seed=cfg.seed)
+    n_heads = int(cfg.heads)
+    if n_heads < 1:
+        raise PymtpError(f"heads must be >= 1 (got {n_heads})")
+    # head 0 exactly as a single-head run; head j >= 1: the same recipe, noise seeded seed + j
+    head_inits = [MTPHead.from_base(base_g, init=cfg.init, seed=cfg.seed + j, index=j) for j in range(n_heads)]
     base_g.tensors = {}  # the BaseModel and the head hold what is needed
 
     # ---- data
     from .tokenizer import Tokenizer
     cache_dir = Path(job.data_cache) if job.data_cache else default_cache_dir()
     t0 = time.time()
-    with Tokenizer(job.base) as tok:
+    with (job.tokenizer or Tokenizer(job.base)) as tok:
         parts = []
         if gcfg.samples > 0:
             gen_batch = job.gen_batch or auto_gen_batch(base, gcfg, device)
@@ -392,7 +423,7 @@ def graft(job: GraftJob, log=None) -> dict:
     hid = Hiddens(base, data, cfg.seq_len, cfg.cache_gb, device, job.progress, log, cfg.loss_positions)
     t_hidden = time.time() - t0
 
-    head = head_init.to(device)
+    head = head_inits[0].to(device) if n_heads == 1 else torch.nn.ModuleList(head_inits).to(device)
     dist = Distiller(base, head, cfg, device, autocast)
     decay = [p for p in head.parameters() if p.dim() >= 2]
     no_decay = [p for p in head.parameters() if p.dim() < 2]
@@ -406,6 +437,8 @@ def graft(job: GraftJob, log=None) -> dict:
     settings_key = {"base_sha256": base_g.sha256, "data": gcfg.key(base_g.sha256),
                     "corpus": sorted(str(c) for c in job.corpus), "seq_len": cfg.seq_len, "chain": cfg.chain,
                     "loss_positions": cfg.loss_positions}
+    if n_heads > 1:
+        settings_key["heads"] = n_heads
     if job.resume and ckpt.is_file():
         state = torch.load(ckpt, map_location=device, weights_only=False)
         if state.get("version") != CKPT_VERSION or state.get("key") != settings_key:
@@ -431,7 +464,7 @@ def graft(job: GraftJob, log=None) -> dict:
         v = evaluate(dist, hid, val_idx, eval_batch)
         history["val"].append({"step": 0, **v})
         log(f"val at init: top-1 agreement {v['agree']:.3f} (all positions {v['agree_all']:.3f}), "
-            f"KL {v['kl']:.3f}")
+            f"KL {v['kl']:.3f}" + _heads_note(v, n_heads))
 
     rng = np.random.default_rng(cfg.seed + 1000 * step)
     train_idx = hid.has_loss(data.indices(False))
@@ -463,8 +496,11 @@ def graft(job: GraftJob, log=None) -> dict:
             ema_agree = ag if ema_agree is None else 0.95 * ema_agree + 0.05 * ag
             n_tok_run += stats[0]["n"]
             if step % 10 == 0 or step == cfg.steps or step <= 5:
-                history["train"].append({"step": step, "loss": lv, "agree": ag, "lr": lr_at(step - 1, cfg),
-                                         "grad_norm": float(gnorm)})
+                rec = {"step": step, "loss": lv, "agree": ag, "lr": lr_at(step - 1, cfg), "grad_norm": float(gnorm)}
+                if n_heads > 1:
+                    rec["kl_per_head"] = [st["kl"] for st in stats]
+                    rec["agree_per_head"] = [st["agree"] for st in stats]
+                history["train"].append(rec)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix_str(f"loss {ema_loss:.3f} top1 {ema_agree:.3f} "
@@ -474,7 +510,9 @@ def graft(job: GraftJob, log=None) -> dict:
                 history["val"].append({"step": step, **v})
                 msg = (f"step {step}: val top-1 agreement {v['agree']:.3f} (all positions "
                        f"{v['agree_all']:.3f}), KL {v['kl']:.3f}")
-                if len(v["per_step"]) > 1:
+                if n_heads > 1:
+                    msg += _heads_note(v, n_heads)
+                elif len(v["per_step"]) > 1:
                     msg += " (chained: " + ", ".join(f"{s['agree']:.3f}" for s in v["per_step"][1:]) + ")"
                 (bar.write if bar is not None else log)(msg)
             if step % save_every == 0 or time.time() - last_save > 600:
@@ -506,18 +544,31 @@ def graft(job: GraftJob, log=None) -> dict:
         "chain": int(cfg.chain),
         "train_tokens": int(summary["train_tokens"]),
     }
-    write_head_gguf(job.out, hp.arch, hp.n_layer, hp.n_embd, head.gguf_tensors(),
-                    name=f"{hp.name or job.base.stem} MTP head (pymtp graft)", head_type=job.head_type,
-                    provenance=provenance)
+    heads = [head] if n_heads == 1 else list(head)
+    per_head = [float(st["agree"]) for st in final_val["per_step"]] if final_val else []
+    if n_heads > 1:
+        provenance["heads"] = n_heads
+        if per_head:
+            provenance["val_top1_agreement_per_head"] = ",".join(f"{a:.4f}" for a in per_head)
+    tensors = {}
+    for hd in heads:
+        tensors.update(hd.gguf_tensors())
+    name = f"{hp.name or job.base.stem} MTP head (pymtp graft)"
+    if n_heads > 1:
+        name = f"{hp.name or job.base.stem} MTP heads x{n_heads} (pymtp graft)"
+    write_head_gguf(job.out, hp.arch, hp.n_layer, hp.n_embd, tensors, name=name, head_type=job.head_type,
+                    provenance=provenance, n_heads=n_heads)
     log(f"wrote {job.out}")
     report = {
         "base": {"path": str(job.base), "sha256": base_g.sha256, "hparams": hp.to_dict()},
-        "head": {"path": str(job.out), "type": job.head_type,
+        "head": {"path": str(job.out), "type": job.head_type, "n_heads": n_heads,
                  "n_params": int(sum(p.numel() for p in head.parameters()))},
         "settings": {"train": asdict(cfg), "gen": asdict(gcfg), "corpus": [str(c) for c in job.corpus],
                      "device": str(device), "torch": torch.__version__},
         "data": summary,
         "final": {"step": step, "train_loss_ema": final_loss, "val": final_val},
+        # validation top-1 agreement with the trunk of each head (heads > 1; = per_step[j]["agree"])
+        "val_top1_per_head": per_head if n_heads > 1 else None,
         "history": history,
         "wall_s": {"data": t_data, "hidden_cache": t_hidden, "train": t_train, "total": time.time() - t_start},
         "train_tokens_per_s": (n_tok_run / max(time.time() - t_run0, 1e-9)) if n_tok_run else None,
@@ -526,6 +577,12 @@ def graft(job: GraftJob, log=None) -> dict:
         Path(job.report).write_text(json.dumps(report, indent=2))
         log(f"report: {job.report}")
     return report
+
+
+def _heads_note(v: dict, n_heads: int) -> str:
+    if n_heads <= 1 or not v.get("per_step"):
+        return ""
+    return " (per head: " + ", ".join(f"{s['agree']:.3f}" for s in v["per_step"]) + ")"
 
 
 def auto_gen_batch(base: BaseModel, gcfg: GenConfig, device) -> int:

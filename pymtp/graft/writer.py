@@ -1,13 +1,14 @@
 """Write a grafted MTP head as a head-only GGUF ("sidecar"), or merge it into the base.
 
-Head-only file (what llama.cpp loads next to the base, patch 0004):
+Head-only file (what llama.cpp loads next to the base, patch 0004), N heads (default 1):
     general.architecture            the base's arch
     general.name
-    <arch>.nextn_predict_layers     1
-    <arch>.block_count              n_layer + 1
+    <arch>.nextn_predict_layers     N
+    <arch>.block_count              n_layer + N
     <arch>.embedding_length         n_embd
     pymtp.graft.*                   provenance (base file, base sha256, steps, final loss, ...)
-    tensors blk.{n_layer}.*         the block (base names) + nextn.eh_proj/enorm/hnorm/shared_head_norm
+    tensors blk.{n_layer + j}.*     head j (j = 0..N-1): the block (base names) +
+                                    nextn.eh_proj/enorm/hnorm/shared_head_norm
 
 Matrices are f16 (default) or q8_0; 1-D tensors (norms, biases) stay f32.
 """
@@ -57,8 +58,9 @@ def _atomic_target(out: Path) -> Path:
 
 
 def write_head_gguf(out, arch: str, n_layer: int, n_embd: int, tensors: dict, *, name: str = "",
-                    head_type: str = "f16", provenance: dict | None = None) -> Path:
-    """Write the head-only GGUF. ``tensors``: {gguf name: float32 numpy (numpy-shaped)}."""
+                    head_type: str = "f16", provenance: dict | None = None, n_heads: int = 1) -> Path:
+    """Write the head-only GGUF. ``tensors``: {gguf name: float32 numpy (numpy-shaped)} of the
+    ``n_heads`` MTP blocks blk.{n_layer} .. blk.{n_layer + n_heads - 1}."""
     import gguf
 
     if head_type not in HEAD_TYPES:
@@ -68,8 +70,8 @@ def write_head_gguf(out, arch: str, n_layer: int, n_embd: int, tensors: dict, *,
     gw = gguf.GGUFWriter(str(tmp), arch)
     try:
         gw.add_name(name or "MTP head (pymtp graft)")
-        gw.add_uint32(f"{arch}.nextn_predict_layers", 1)
-        gw.add_uint32(f"{arch}.block_count", n_layer + 1)
+        gw.add_uint32(f"{arch}.nextn_predict_layers", n_heads)
+        gw.add_uint32(f"{arch}.block_count", n_layer + n_heads)
         gw.add_uint32(f"{arch}.embedding_length", n_embd)
         for key, value in (provenance or {}).items():
             if value is None:
@@ -87,9 +89,9 @@ def write_head_gguf(out, arch: str, n_layer: int, n_embd: int, tensors: dict, *,
 
 
 def merge_head(base, head, out) -> Path:
-    """One GGUF = the base + the head's tensors, with <arch>.nextn_predict_layers = 1 and
-    <arch>.block_count = n_layer + 1 (the "head inside the main GGUF" variant). Tensors are
-    copied as stored (no requantization)."""
+    """One GGUF = the base + the head's tensors, with <arch>.nextn_predict_layers = N and
+    <arch>.block_count = n_layer + N for a file of N heads (the "head inside the main GGUF"
+    variant). Tensors are copied as stored (no requantization)."""
     import gguf
 
     base, head, out = Path(base), Path(head), Path(out)
@@ -105,15 +107,16 @@ def merge_head(base, head, out) -> Path:
     n_layer = int(field(rb, f"{arch}.block_count"))
     if int(field(rb, f"{arch}.nextn_predict_layers") or 0):
         raise PymtpError(f"{base} already has MTP layers")
-    if int(field(rh, f"{arch}.block_count")) != n_layer + 1:
-        raise PymtpError(f"the head was trained for a base with {int(field(rh, f'{arch}.block_count')) - 1} "
-                         f"layers; {base} has {n_layer}")
+    n_heads = int(field(rh, f"{arch}.nextn_predict_layers") or 1)
+    if int(field(rh, f"{arch}.block_count")) != n_layer + n_heads:
+        raise PymtpError(f"the head was trained for a base with "
+                         f"{int(field(rh, f'{arch}.block_count')) - n_heads} layers; {base} has {n_layer}")
     base_names = {t.name for t in rb.tensors}
     clash = [t.name for t in rh.tensors if t.name in base_names]
     if clash:
         raise PymtpError(f"head tensor {clash[0]} already exists in the base")
 
-    overrides = {f"{arch}.block_count": n_layer + 1}
+    overrides = {f"{arch}.block_count": n_layer + n_heads}
     tmp = _atomic_target(out)
     gw = gguf.GGUFWriter(str(tmp), arch, endianess=rb.endianess)
     try:
@@ -126,7 +129,7 @@ def merge_head(base, head, out) -> Path:
             sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
             value = overrides.get(f.name, f.contents())
             gw.add_key_value(f.name, value, vtype, sub_type=sub)
-        gw.add_uint32(f"{arch}.nextn_predict_layers", 1)
+        gw.add_uint32(f"{arch}.nextn_predict_layers", n_heads)
         for f in rh.fields.values():
             if f.name.startswith(PROVENANCE_PREFIX):
                 gw.add_key_value(f.name, f.contents(), f.types[0])
