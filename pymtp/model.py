@@ -34,11 +34,17 @@ class Model:
     none (e.g. made by ``pymtp graft``). None: ``<model stem>.mtp.gguf`` next
     to the model is used when it exists and the model has no MTP layers of its
     own (``mtp_reason`` says so).
+
+    heads: for models (or heads) with several MTP layers, which layer drafts each
+    step: "per_layer" (step i uses layer i mod n; n_draft may exceed n), "first"
+    (layer 0 at every step) or "capped" (step i uses layer i, at most n drafts:
+    upstream llama.cpp's choice). Ignored with one MTP layer.
     """
 
     def __init__(self, path: str | Path | None = None, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_gpu_layers: int = 0, n_threads: int | None = None, mtp: str = "auto",
-                 n_draft: int = 3, mtp_head: str | Path | None = None, verbose: bool = False) -> None:
+                 n_draft: int = 3, mtp_head: str | Path | None = None, heads: str = "per_layer",
+                 verbose: bool = False) -> None:
         from ._native import llama as L
 
         L.set_verbose(verbose)
@@ -51,7 +57,7 @@ class Model:
             mtp_head = shipped_head_for(self.path)  # the built-in model comes with a trained head
         cfg = RuntimeConfig(n_ctx=n_ctx, n_batch=n_batch, n_gpu_layers=n_gpu_layers,
                             n_threads=n_threads, mtp=mtp, n_draft=n_draft,
-                            mtp_head=None if mtp_head is None else str(mtp_head))
+                            mtp_head=None if mtp_head is None else str(mtp_head), heads=heads)
         self._rt: Runtime | None = Runtime(self.path, cfg)
         self.n_draft = n_draft
 
@@ -78,6 +84,11 @@ class Model:
     @property
     def mtp_enabled(self) -> bool:
         return self.rt.ctx_mtp is not None
+
+    @property
+    def n_heads(self) -> int:
+        """MTP layers the engine drafts with (1 with heads="first" or a one-layer head; 0 without MTP)."""
+        return int(self.rt.lib.llama_mtp_n_heads(self.rt.engine))
 
     @property
     def mtp_reason(self) -> str:

@@ -82,7 +82,8 @@ def models(tiny_model_path, tmp_path_factory):
     d = tmp_path_factory.mktemp("server-models")
     base, head = make_tiny_dense_split("llama", d / "llama-base.gguf", seed=7)
     return {"glm4moe": tiny_model_path("glm4moe"), "qwen35": tiny_model_path("qwen35"), "llama+head": base,
-            "glm4moe-random": tiny_model_path("glm4moe", head="random")}
+            "glm4moe-random": tiny_model_path("glm4moe", head="random"),
+            "step35-3": tiny_model_path("step35", n_nextn=3)}
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +156,28 @@ def test_openai_text_identical_with_and_without_mtp(servers, arch):
             b, _ = chat_text(off, messages, stream=stream)
             assert a == b, f"{arch} chat (stream={stream}) differs for {messages!r}"
     assert drafted > 0, "the MTP server never drafted"
+
+
+def test_multi_head_policies_per_request_keep_the_text(servers):
+    """A 3-head model: every head drafts (per_layer / capped) or head 0 only (first), text unchanged."""
+    on = servers("step35-3", "on", parallel=2, extra=("--mtp-n-draft", "5"))
+    off = servers("step35-3", "off")
+    for policy in ("per_layer", "first", "capped"):
+        for prompt in PROMPTS:
+            a, r = completion_text(on, prompt, stream=False, mtp_heads=policy)
+            b, _ = completion_text(off, prompt, stream=False)
+            assert a == b, f"mtp_heads={policy} differs for {prompt!r}"
+            t = mtp_timings(r)
+            assert t["heads"] == 3 and t["head_policy"] == policy
+            assert t["accepted"] > 0
+            assert len(t["acceptance_per_position"]) == (3 if policy == "capped" else 5)
+    # two slots drafting with different policies at the same time
+    with cf.ThreadPoolExecutor(4) as pool:
+        jobs = [pool.submit(completion_text, on, p, stream=False, mtp_heads=pol)
+                for p in PROMPTS for pol in ("per_layer", "capped")]
+        texts = [j.result()[0] for j in jobs]
+    assert texts == [completion_text(off, p, stream=False)[0] for p in PROMPTS for _ in range(2)]
+    assert "3 MTP heads, policy per_layer" in on.log.read_text(errors="replace")
 
 
 def test_timings_report_mtp_stats(servers):

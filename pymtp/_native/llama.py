@@ -214,6 +214,11 @@ _SIGNATURES = {
     "llama_mtp_get_stats": (None, [p_mtp, C.POINTER(llama_mtp_stats)]),
     "llama_mtp_reset_stats": (None, [p_mtp]),
     "llama_mtp_abi_sizeof": (C.c_size_t, [C.c_int32]),
+    # patch 0016: multi-head drafting
+    "llama_mtp_set_heads": (C.c_int32, [p_mtp, C.POINTER(p_ctx), C.c_int32]),
+    "llama_mtp_set_head_policy": (None, [p_mtp, C.c_int]),
+    "llama_mtp_n_heads": (C.c_int32, [p_mtp]),
+    "llama_mtp_peek_draft": (C.c_int32, [p_mtp, llama_token, C.c_int32, C.POINTER(llama_token), C.POINTER(C.c_float)]),
 }
 
 

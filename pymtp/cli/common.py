@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+from pymtp.engine.runtime import HEAD_POLICIES
 from pymtp.errors import InvalidArgumentError
 
 MAX_N_DRAFT = 16
@@ -50,6 +51,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         "token of your sampler chain on the MTP logits; stochastic = a draw from it, "
                         "verified by rejection sampling (exact, keeps the speedup at --temp > 0); "
                         "auto = stochastic when --temp > 0, else greedy/chain (default: auto)")
+    g.add_argument("--heads", choices=tuple(HEAD_POLICIES), default="per_layer",
+                   help="models with several MTP layers: per_layer = draft step i with layer i mod n (each layer predicts its own distance; --n-draft may exceed n), first = layer 0 at every step, capped = step i with layer i and at most n drafts (upstream llama.cpp) (default: per_layer)")
     g.add_argument("--ctx", type=int, default=4096, metavar="N",
                    help="context window in tokens (default: 4096)")
     g.add_argument("--ngl", type=int, default=0, metavar="N",
@@ -131,6 +134,7 @@ def load_model(args: argparse.Namespace):
         n_threads=args.threads,
         mtp=args.mtp,
         n_draft=args.n_draft,
+        heads=getattr(args, "heads", "per_layer"),
         verbose=args.verbose,
         **kwargs,
     )

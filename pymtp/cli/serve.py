@@ -55,6 +55,8 @@ def register(subparsers) -> None:
     e.add_argument("--draft", choices=common.DRAFT_MODES, default="auto",
                    help="default draft mode of requests: auto = stochastic at temperature > 0, "
                         "else greedy (default: auto)")
+    e.add_argument("--heads", choices=tuple(common.HEAD_POLICIES), default="per_layer",
+                   help="models with several MTP layers: per_layer = draft step i with layer i mod n (each layer predicts its own distance; --n-draft may exceed n), first = layer 0 at every step, capped = step i with layer i and at most n drafts (upstream llama.cpp) ; requests may choose with \"mtp_heads\" (default: per_layer)")
     e.add_argument("--adaptive", choices=("on", "off"), default="on",
                    help="on: for each number of busy slots, measure throughput with and without "
                         "drafting and draft only when it is faster (same output either way); "
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     path = common.resolve_model_path(args.model)
     launch = plan_launch(path, host=args.host, port=args.port, mtp=args.mtp, mtp_head=args.mtp_head,
                          n_draft=args.n_draft, draft=args.draft, ctx=args.ctx, parallel=args.parallel,
-                         ngl=args.ngl, threads=args.threads, adaptive=args.adaptive == "on", extra=extra)
+                         ngl=args.ngl, threads=args.threads, adaptive=args.adaptive == "on", heads=args.heads, extra=extra)
     for note in launch.notes:
         print(f"pymtp: {note}", file=sys.stderr)
     if args.dry_run:

@@ -511,8 +511,8 @@ def _common_hparams(gw, d: TinyDims, n_nextn: int) -> None:
 
 
 _ARCHS = {
-    "glm4moe": _Arch("glm4moe", 1, 1, _glm4moe_tensors, _glm4moe_hparams),
-    "qwen35": _Arch("qwen35", 1, 1, _qwen35_tensors, _qwen35_hparams),
+    "glm4moe": _Arch("glm4moe", 1, 3, _glm4moe_tensors, _glm4moe_hparams),
+    "qwen35": _Arch("qwen35", 1, 3, _qwen35_tensors, _qwen35_hparams),
     "step35": _Arch("step35", 3, 8, _step35_tensors, _step35_hparams),
 }
 assert tuple(_ARCHS) == ARCHS

@@ -15,6 +15,12 @@ from .._native import vocab as vocab_calls
 GGUF_MAGIC = b"GGUF"
 SIDECAR_SUFFIX = ".mtp.gguf"   # <model stem>.mtp.gguf next to a model: its MTP head, found automatically
 
+# Which MTP layer drafts each step of a model with several (llama_mtp_head_policy):
+#   per_layer: step i uses layer i mod n (each layer trained for its own distance; n_draft may exceed n)
+#   first:     layer 0 at every step, fed its own output (the other layers are not loaded into contexts)
+#   capped:    step i uses layer i and the draft stops after n tokens (upstream llama.cpp's behaviour)
+HEAD_POLICIES = {"per_layer": 0, "first": 1, "capped": 2}
+
 
 @dataclass(frozen=True)
 class RuntimeConfig:
@@ -25,8 +31,11 @@ class RuntimeConfig:
     mtp: str = "auto"          # auto | on | off
     n_draft: int = 3           # default and maximum draft length of this model instance
     mtp_head: str | None = None  # head-only GGUF with the MTP layer(s); None: <model stem>.mtp.gguf if present
+    heads: str = "per_layer"     # several MTP layers: per_layer | first | capped (HEAD_POLICIES)
 
     def validate(self) -> None:
+        if self.heads not in HEAD_POLICIES:
+            raise InvalidArgumentError(f"heads must be one of {', '.join(HEAD_POLICIES)}, got {self.heads!r}")
         if self.mtp not in ("auto", "on", "off"):
             raise InvalidArgumentError(f"mtp must be 'auto', 'on' or 'off', got {self.mtp!r}")
         if not 0 <= self.n_draft <= L.MTP_MAX_DRAFT:
@@ -84,6 +93,7 @@ class Runtime:
         self.lib = L.lib()
         self.cfg = cfg
         self.model = self.ctx = self.ctx_mtp = self.engine = None
+        self.ctx_heads: list = []               # MTP contexts of heads 1.. (multi-head drafting)
         self.mtp_head: Path | None = None      # the head file in use
         self._mtp_head_arg = None              # keeps the C string alive while llama.cpp loads
         try:
@@ -162,10 +172,42 @@ class Runtime:
         self.engine = lib.llama_mtp_init(self.ctx, self.ctx_mtp, params)
         if not self.engine:
             raise ModelLoadError("could not initialise the MTP engine")
+        if self.ctx_mtp and self.n_mtp_layers > 1 and cfg.heads != "first":
+            self._open_heads(threads)
         self.max_draft = lib.llama_mtp_max_draft(self.engine)
         if self.ctx_mtp and self.max_draft < cfg.n_draft:
             self.mtp_reason += (f"; drafts capped at {self.max_draft} by the recurrent state's "
                                 f"rollback snapshots")
+
+    def _open_heads(self, threads: int) -> None:
+        """One MTP context per further head (each keeps its own graph and KV), handed to the engine."""
+        lib = self.lib
+        n = self.n_mtp_layers
+        for _ in range(1, n):
+            ctx = self._new_context(L.LLAMA_CONTEXT_TYPE_MTP, threads)
+            if not ctx:
+                raise ModelLoadError(f"could not create the MTP context of head {len(self.ctx_heads) + 1} "
+                                     f"of {n}: {L.last_log_lines() or 'out of memory?'} (heads='first' "
+                                     "drafts with head 0 only)")
+            self.ctx_heads.append(ctx)
+        arr = (L.p_ctx * n)(self.ctx_mtp, *self.ctx_heads)
+        if lib.llama_mtp_set_heads(self.engine, arr, n) != L.MTP_OK:
+            raise ModelLoadError(f"the MTP engine refused the {n} head contexts")
+        lib.llama_mtp_set_head_policy(self.engine, HEAD_POLICIES[self.cfg.heads])
+        self.mtp_reason = self.mtp_reason.replace(
+            "head 0 drafts", f"heads {self.cfg.heads}: step i drafts with head "
+            + ("i mod %d" % n if self.cfg.heads == "per_layer" else "i, at most %d tokens," % n), 1)
+
+    def peek_draft(self, k: int, id_last: int | None = None) -> tuple[list[int], "list[list[float]]"]:
+        """Inspection: the greedy draft of k tokens the engine would make now and each step's MTP
+        logits, leaving the engine's state unchanged (id_last None: its pending token)."""
+        out = (L.llama_token * max(1, k))()
+        logits = (C.c_float * (max(1, k) * self.n_vocab))()
+        n = self.lib.llama_mtp_peek_draft(self.engine, -1 if id_last is None else int(id_last), k, out, logits)
+        if n < 0:
+            raise InvalidArgumentError(f"peek_draft failed ({n})")
+        nv = self.n_vocab
+        return list(out[:n]), [list(logits[i * nv:(i + 1) * nv]) for i in range(n)]
 
     def _new_context(self, ctx_type: int, threads: int, n_rs_seq: int = 0):
         lib, cfg = self.lib, self.cfg
@@ -201,6 +243,7 @@ class Runtime:
                 raise MTPUnavailableError(f"--mtp on: {why}")
             return why
         return f"MTP on: {self.n_mtp_layers} MTP layer(s), head 0 drafts up to {self.cfg.n_draft} tokens"
+
 
     # -- metadata & tokenizer -------------------------------------------------
 
@@ -254,6 +297,9 @@ class Runtime:
         if self.engine:
             lib.llama_mtp_free(self.engine)
             self.engine = None
+        for ctx in self.ctx_heads:
+            lib.llama_free(ctx)
+        self.ctx_heads = []
         if self.ctx_mtp:
             lib.llama_free(self.ctx_mtp)
             self.ctx_mtp = None

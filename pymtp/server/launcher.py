@@ -21,6 +21,7 @@ from ..errors import InvalidArgumentError, NativeLibraryError, PymtpError
 
 MTP_MODES = ("auto", "on", "off")
 DRAFT_MODES = ("auto", "greedy", "chain", "stochastic")
+HEAD_POLICIES = ("per_layer", "first", "capped")  # llama-server --mtp-heads
 MAX_N_DRAFT = 16
 
 
@@ -74,12 +75,14 @@ def _find_head(model: Path, mtp_head: str | Path | None) -> Path | None:
 def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: str = "auto",
                 mtp_head: str | Path | None = None, n_draft: int = 3, draft: str = "auto",
                 ctx: int = 4096, parallel: int = 1, ngl: int = 0, threads: int | None = None,
-                adaptive: bool = True, extra: list[str] | None = None) -> ServerLaunch:
+                adaptive: bool = True, heads: str = "per_layer", extra: list[str] | None = None) -> ServerLaunch:
     """Build the llama-server command line for ``model``; raise InvalidArgumentError on bad input."""
     if mtp not in MTP_MODES:
         raise InvalidArgumentError(f"--mtp must be one of {', '.join(MTP_MODES)}, got {mtp!r}")
     if draft not in DRAFT_MODES:
         raise InvalidArgumentError(f"--draft must be one of {', '.join(DRAFT_MODES)}, got {draft!r}")
+    if heads not in HEAD_POLICIES:
+        raise InvalidArgumentError(f"--heads must be one of {', '.join(HEAD_POLICIES)}, got {heads!r}")
     if not 0 <= n_draft <= MAX_N_DRAFT:
         raise InvalidArgumentError(f"--n-draft must be in 0..{MAX_N_DRAFT} (got {n_draft})")
     if not 0 < port < 65536:
@@ -116,7 +119,7 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
                          f"({model.stem}.mtp.gguf) next to it")
     if use_mtp:
         argv += ["--mtp", "--mtp-n-draft", str(n_draft), "--mtp-draft", draft,
-                 "--mtp-adaptive", "on" if adaptive else "off"]
+                 "--mtp-adaptive", "on" if adaptive else "off", "--mtp-heads", heads]
         if head is not None:
             argv += ["--mtp-head", str(head)]
     argv += list(extra or [])
