@@ -24,6 +24,7 @@ class Config:
     draft: str = "greedy"
     temperature: float = 0.0
     repeat_penalty: float = 1.0
+    heads: str = ""          # head policy when several are compared (a model loaded per policy)
 
     @property
     def setting(self) -> tuple[float, float]:
@@ -31,21 +32,32 @@ class Config:
         return (self.temperature, self.repeat_penalty)
 
     @property
+    def label(self) -> str:
+        """The draft mode, with the head policy when policies are compared (greedy/per_layer)."""
+        return f"{self.draft}/{self.heads}" if self.heads else self.draft
+
+    @property
+    def model_key(self) -> str:
+        return ("on:" + self.heads if self.heads else "on") if self.mtp else "off"
+
+    @property
     def name(self) -> str:
-        head = f"mtp {self.draft} k={self.n_draft}" if self.mtp else "off"
+        head = f"mtp {self.label} k={self.n_draft}" if self.mtp else "off"
         return f"{head} T={self.temperature:g} rp={self.repeat_penalty:g}"
 
 
 def make_configs(n_drafts: list[int], modes: list[str], temps: list[float],
-                 penalties: list[float]) -> list[Config]:
-    """Per sampling setting: MTP off, then every (mode, k); "auto" becomes the mode it picks there."""
+                 penalties: list[float], head_policies: list[str] | None = None) -> list[Config]:
+    """Per sampling setting: MTP off, then every (head policy, mode, k); "auto" becomes the mode it
+    picks there. head_policies: None or one policy = the model's own (no per-policy models)."""
+    policies = head_policies if head_policies and len(head_policies) > 1 else [""]
     out = []
     for t in temps:
         for rp in penalties:
             out.append(Config(mtp=False, temperature=t, repeat_penalty=rp))
             resolved = dict.fromkeys(resolve_draft_mode(m, t, rp) for m in modes)
-            out += [Config(mtp=True, n_draft=k, draft=m, temperature=t, repeat_penalty=rp)
-                    for m in resolved for k in n_drafts]
+            out += [Config(mtp=True, n_draft=k, draft=m, temperature=t, repeat_penalty=rp, heads=h)
+                    for h in policies for m in resolved for k in n_drafts]
     return out
 
 
@@ -114,7 +126,8 @@ class Aggregate:
     def to_dict(self, baseline: "Aggregate | None") -> dict:
         c = self.config
         d = {
-            "config": c.name, "mtp": c.mtp, "n_draft": c.n_draft, "draft": c.draft if c.mtp else "off",
+            "config": c.name, "mtp": c.mtp, "n_draft": c.n_draft, "draft": c.label if c.mtp else "off",
+            "heads": c.heads or None,
             "temperature": c.temperature, "repeat_penalty": c.repeat_penalty,
             "n_prompts": len(self.runs), "n_generated": self.n_generated,
             "tokens_per_second": self.tokens_per_second,
@@ -140,7 +153,8 @@ class Aggregate:
 
 def run_interleaved(models: dict[str, object], configs: list[Config], prompts: list[list[int]],
                     gen_kwargs: dict, progress=None, seed: int = 0) -> list[Aggregate]:
-    """models: {"on": Model, "off": Model}; prompts: token lists. Returns one Aggregate per config.
+    """models: {"on": Model, "off": Model} (or "on:<head policy>" per policy compared); prompts: token
+    lists. Returns one Aggregate per config.
 
     gen_kwargs holds what all configurations share (max_tokens, top-k/p, ...); each
     configuration sets its own temperature, repeat penalty, draft mode and length.
@@ -152,7 +166,7 @@ def run_interleaved(models: dict[str, object], configs: list[Config], prompts: l
         order = order[rot:] + order[:rot]
         for j in order:
             c = configs[j]
-            model = models["on" if c.mtp else "off"]
+            model = models[c.model_key]
             kw = dict(gen_kwargs, temperature=c.temperature, repeat_penalty=c.repeat_penalty, seed=seed + i)
             if c.mtp:
                 kw.update(n_draft=c.n_draft, draft=c.draft)

@@ -52,6 +52,9 @@ def register(subparsers) -> None:
                         "rates instead of verifying them (e.g. 0.917,0.837,0.648), to measure the engine's "
                         "cost on a random-weight model as if its head were that good; the text generated "
                         "is then not the model's")
+    p.add_argument("--head-policies", default=None, metavar="P,P,...",
+                   help="models with several MTP layers: head policies to compare side by side "
+                        "(per_layer, first, capped; a model is loaded per policy) (default: the --heads value)")
     p.add_argument("--plot", metavar="FILE.png", default=None,
                    help="also draw speedup vs draft length per mode and setting (needs matplotlib)")
     p.add_argument("--no-chat", action="store_true",
@@ -91,6 +94,14 @@ def parse_modes(text: str) -> list[str]:
     return list(dict.fromkeys(modes))
 
 
+def parse_policies(text: str) -> list[str]:
+    pols = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in pols if p not in common.HEAD_POLICIES]
+    if not pols or bad:
+        raise InvalidArgumentError(f"--head-policies takes {', '.join(common.HEAD_POLICIES)}, got {text!r}")
+    return list(dict.fromkeys(pols))
+
+
 def run(args) -> int:
     from pymtp.bench.prompts import load_prompts
     from pymtp.bench.report import format_table, mode_summary, plot_speedups
@@ -106,6 +117,7 @@ def run(args) -> int:
     rates = (parse_floats(args.synthetic_rates, "--synthetic-rates", lambda a: 0 <= a <= 1, "in 0..1",
                           unique=False)
              if args.synthetic_rates is not None else None)
+    policies = parse_policies(args.head_policies) if args.head_policies is not None else [args.heads]
     if args.limit is not None and args.limit < 1:
         raise InvalidArgumentError("--limit must be >= 1")
     if args.plot:
@@ -114,16 +126,23 @@ def run(args) -> int:
 
     args.n_draft = ks[-1]
     args.mtp = "on"
-    on = common.load_model(args)
-    model_path, head_path = on.path, on.mtp_head
-    if rates:
-        on.set_synthetic_acceptance(rates)
-    args.mtp = "off"
-    off = common.load_model(args)
+    models = {}
     try:
+        for pol in policies:
+            args.heads = pol
+            m = models["on:" + pol if len(policies) > 1 else "on"] = common.load_model(args)
+            if rates:
+                m.set_synthetic_acceptance(rates)
+        on = next(iter(models.values()))
+        model_path, head_path = on.path, on.mtp_head
+        if len(policies) > 1 and on.n_mtp_layers < 2:
+            raise InvalidArgumentError(f"--head-policies: {model_path.name} has {on.n_mtp_layers} MTP layer(s); "
+                                       "head policies differ only with several")
+        args.mtp = "off"
+        off = models["off"] = common.load_model(args)
         prompts = [off.tokenize(t) if args.no_chat else off.chat_tokens([{"role": "user", "content": t}])
                    for t in texts]
-        configs = make_configs(ks, modes, temps, penalties)
+        configs = make_configs(ks, modes, temps, penalties, policies)
         total = len(prompts) * len(configs)
         done = [0]
 
@@ -135,11 +154,11 @@ def run(args) -> int:
         for key in ("temperature", "repeat_penalty", "seed", "draft"):
             shared.pop(key)
         seed = args.seed if args.seed is not None else 0
-        aggs = run_interleaved({"on": on, "off": off}, configs, prompts, shared, progress, seed=seed)
+        aggs = run_interleaved(models, configs, prompts, shared, progress, seed=seed)
         print(file=sys.stderr)
     finally:
-        on.close()
-        off.close()
+        for m in models.values():
+            m.close()
 
     rows = [a.to_dict(baseline_of(aggs, a)) for a in aggs]
     summary = mode_summary(rows)
@@ -155,7 +174,7 @@ def run(args) -> int:
             print(f"greedy outputs identical across configurations (rp={rp:g}): {'yes' if same else 'NO'}")
     meta = {"model": str(model_path), "mtp_head": str(head_path) if head_path else None,
             "prompts": args.prompts, "n_prompts": len(prompts), "max_tokens": args.n,
-            "n_drafts": ks, "modes": modes, "temperatures": temps, "repeat_penalties": penalties,
+            "n_drafts": ks, "modes": modes, "head_policies": policies, "temperatures": temps, "repeat_penalties": penalties,
             "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p, "seed": seed,
             "threads": args.threads, "n_gpu_layers": args.ngl, "synthetic_rates": rates}
     if args.json:
