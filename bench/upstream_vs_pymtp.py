@@ -10,13 +10,18 @@ to plain, and pymtp / upstream.
 
     python bench/upstream_vs_pymtp.py MODEL.gguf [--n-draft 3] [--prompts mtbench] [--requests 16]
         [-n 128] [--temp 0] [--draft greedy] [--ngl 0] [--threads N] [--cuda] [--out r.json]
-        [--synthetic-rates 0.917,0.837,0.648]
+        [--synthetic-rates 0.917,0.837,0.648] [--upstream-bin PATH] [--serial]
 
 MODEL must be an architecture upstream can draft for (glm4moe, deepseek2, qwen35, step35, ...;
 not a dense llama/qwen2/qwen3/gemma3 grafted head: only pymtp runs those, compare its modes with
 `pymtp bench --modes` instead). With --synthetic-rates both servers accept drafts at random with
 these per-position rates (upstream: --spec-synth-rates; pymtp: the same engine option through the
 server's synthetic path), so random-weight models of realistic shape measure engine cost.
+
+--upstream-bin uses a pristine llama-server built elsewhere (bench/device/build_cuda.sh builds one
+on the GPU box) instead of building it here. --serial runs the three servers one after another
+(all prompts each) instead of side by side, for models too large to hold three times in memory;
+drift then hits the configurations unequally, so prefer the default when the model fits.
 """
 
 from __future__ import annotations
@@ -94,6 +99,15 @@ class Server:
         self.log.close()
 
 
+def _gpu_name() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -109,6 +123,11 @@ def main() -> int:
     ap.add_argument("--cuda", action="store_true", help="build upstream with CUDA (pymtp must be a CUDA build too)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--synthetic-rates", default=None, help="per-position acceptance rates for both servers")
+    ap.add_argument("--upstream-bin", default=None,
+                    help="a prebuilt pristine llama-server to use instead of building one")
+    ap.add_argument("--serial", action="store_true",
+                    help="one server at a time (for models that do not fit three times in memory)")
+    ap.add_argument("--log-dir", default=None, help="where the servers' logs go (default: a new temp dir)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -117,7 +136,12 @@ def main() -> int:
 
     model = Path(args.model).resolve()
     prompts = load_prompts(args.prompts)[: args.requests]
-    upstream = build_upstream("cuda" if args.cuda else "cpu", args.jobs)
+    if args.upstream_bin:
+        upstream = Path(args.upstream_bin).resolve()
+        if not upstream.is_file():
+            sys.exit(f"--upstream-bin {upstream}: no such file")
+    else:
+        upstream = build_upstream("cuda" if args.cuda else "cpu", args.jobs)
     common = ["-m", str(model), "-c", str(args.ctx), "-np", "1", "--no-webui", "--host", "127.0.0.1"]
     if args.ngl:
         common += ["-ngl", str(args.ngl)]
@@ -131,32 +155,53 @@ def main() -> int:
         "pymtp --mtp": [str(server_binary()), *common, "--mtp", "--mtp-n-draft", str(args.n_draft),
                         "--mtp-draft", args.draft, "--mtp-adaptive", "off", *synth],
     }
-    log_dir = Path(tempfile.mkdtemp(prefix="pymtp-vs-upstream-"))
-    servers = {}
-    try:
+    if args.log_dir:
+        log_dir = Path(args.log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        log_dir = Path(tempfile.mkdtemp(prefix="pymtp-vs-upstream-"))
+    runs = {name: [] for name in configs}
+
+    def run_prompt(name: str, s: Server, i: int, p: str) -> None:
+        r = s.complete(p, args.n, args.temp, i, {})
+        t = r["timings"]
+        runs[name].append({"tokens": t["predicted_n"], "ms": t["predicted_ms"], "text": r["content"],
+                           "prompt_n": t.get("prompt_n", 0), "prompt_ms": t.get("prompt_ms", 0.0),
+                           "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0)})
+
+    if args.serial:
         for name, argv in configs.items():
-            servers[name] = Server(name.split()[0], argv, log_dir)
-        for s in servers.values():  # warm-up
-            s.complete(prompts[0], 8, 0.0, 0, {})
-        runs = {name: [] for name in servers}
-        for i, p in enumerate(prompts):
-            order = list(servers.items())
-            order = order[i % len(order):] + order[: i % len(order)]  # rotate who goes first
-            for name, s in order:
-                r = s.complete(p, args.n, args.temp, i, {})
-                t = r["timings"]
-                runs[name].append({"tokens": t["predicted_n"], "ms": t["predicted_ms"], "text": r["content"],
-                                   "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0)})
-            print(f"  prompt {i + 1}/{len(prompts)}", file=sys.stderr)
-    finally:
-        for s in servers.values():
-            s.stop()
+            s = Server(name.split()[0], argv, log_dir)
+            try:
+                s.complete(prompts[0], 8, 0.0, 0, {})  # warm-up
+                for i, p in enumerate(prompts):
+                    run_prompt(name, s, i, p)
+                print(f"  {name}: {len(prompts)} prompts", file=sys.stderr)
+            finally:
+                s.stop()
+    else:
+        servers = {}
+        try:
+            for name, argv in configs.items():
+                servers[name] = Server(name.split()[0], argv, log_dir)
+            for s in servers.values():  # warm-up
+                s.complete(prompts[0], 8, 0.0, 0, {})
+            for i, p in enumerate(prompts):
+                order = list(servers.items())
+                order = order[i % len(order):] + order[: i % len(order)]  # rotate who goes first
+                for name, s in order:
+                    run_prompt(name, s, i, p)
+                print(f"  prompt {i + 1}/{len(prompts)}", file=sys.stderr)
+        finally:
+            for s in servers.values():
+                s.stop()
 
     def tps(name):
         return sum(x["tokens"] for x in runs[name]) / (sum(x["ms"] for x in runs[name]) / 1e3)
 
     base = tps("plain")
     result = {"model": str(model), "machine": platform.processor() or platform.machine(), "args": vars(args),
+              "upstream_bin": str(upstream), "pymtp_bin": str(server_binary()), "gpu": _gpu_name(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "log_dir": str(log_dir), "configs": {}}
     print(f"\n{'config':<20} {'tok/s':>8} {'vs plain':>9} {'accepted/drafted':>17}")
     for name in runs:
