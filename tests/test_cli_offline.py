@@ -97,7 +97,7 @@ class FakeModel:
     init_error = None
 
     def __init__(self, path=None, *, n_ctx=4096, n_batch=512, n_gpu_layers=0, n_threads=None,
-                 mtp="auto", n_draft=3, verbose=False, mtp_head=None):
+                 mtp="auto", n_draft=3, verbose=False, mtp_head=None, heads="per_layer"):
         if FakeModel.init_error is not None:
             raise FakeModel.init_error
         self.path = Path(path)

@@ -453,3 +453,38 @@ def test_heads_help(capsys):
         pass
     text = capsys.readouterr().out
     assert "--heads N" in text and "head j-1" in text
+
+
+@pytest.mark.parametrize("heads", ["per_layer", "first", "capped"])
+def test_grafted_heads_engine_lossless_and_caches_exact(grafted_heads, tiny_llama, heads):
+    """The engine on a grafted 3-head sidecar (dense llama): every policy keeps the text, and after
+    random accept/reject patterns each head's cache equals a fresh replay of the accepted tokens."""
+    import numpy as np
+    import pymtp
+    from pymtp._native import llama as L
+
+    head, _ = grafted_heads
+    prompt = CHECK_SEQ
+    with pymtp.Model(tiny_llama, mtp="off", n_ctx=256, n_threads=1) as off:
+        ref = off.generate(prompt, max_tokens=40).tokens
+
+    def model():
+        return pymtp.Model(tiny_llama, mtp="on", mtp_head=head, n_draft=5, heads=heads, n_ctx=256, n_threads=1)
+
+    with model() as m:
+        assert m.n_heads == (1 if heads == "first" else N_HEADS)
+        out = m.generate(prompt, max_tokens=40)
+        assert out.tokens == ref
+        assert out.stats.n_drafted > 0
+        m.set_synthetic_acceptance([0.8, 0.6, 0.45, 0.3, 0.2])
+        gen = m.generate(prompt, max_tokens=33)
+        # what the target holds: every emitted token but the pending last one (an end-of-generation
+        # token is pending and not in gen.tokens); both engines draft after the same token
+        held = prompt + (gen.tokens if gen.finish_reason == "eos" else gen.tokens[:-1])
+        toks, logits = m.rt.peek_draft(5, id_last=CHECK_SEQ[0])
+    with model() as fresh:
+        arr = (L.llama_token * len(held))(*held)
+        assert fresh.rt.lib.llama_mtp_prefill(fresh.rt.engine, arr, len(held)) == 0
+        ftoks, flogits = fresh.rt.peek_draft(5, id_last=CHECK_SEQ[0])
+    assert toks == ftoks
+    assert float(np.abs(np.asarray(logits) - np.asarray(flogits)).max()) < 0.02

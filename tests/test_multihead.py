@@ -41,6 +41,12 @@ def multi_path(request, tiny_model_path):
     return tiny_model_path(request.param, n_nextn=N_HEADS)
 
 
+def held_tokens(out) -> list[int]:
+    """What the target holds after a generation: every emitted token but the pending last one (an
+    end-of-generation token is pending too, and not in out.tokens)."""
+    return PROMPT_TOKENS + (out.tokens if out.finish_reason == "eos" else out.tokens[:-1])
+
+
 def replay_peek(path, seq, heads, n_draft, k):
     """A fresh engine that prefills seq[:-1] and peeks the draft after seq[-1]."""
     from pymtp._native import llama as L
@@ -96,10 +102,10 @@ def test_head_caches_equal_a_fresh_replay(multi_path, heads):
         out = m.generate(PROMPT_TOKENS, max_tokens=47, temperature=0)
         acc = out.stats.accepted_per_position
         assert 0 < sum(acc) < sum(out.stats.drafted_per_position)  # some accepted, some rejected
-        seq = PROMPT_TOKENS + out.tokens
-        toks, logits = m.rt.peek_draft(5)
+        seq = held_tokens(out) + [PROMPT_TOKENS[0]]
+        toks, logits = m.rt.peek_draft(5, id_last=seq[-1])
         # peeking leaves the state alone: the same answer twice
-        toks2, logits2 = m.rt.peek_draft(5)
+        toks2, logits2 = m.rt.peek_draft(5, id_last=seq[-1])
     finally:
         m.close()
     assert toks == toks2 and max_diff(logits, logits2) == 0.0
@@ -129,8 +135,8 @@ def test_head_caches_exact_after_a_prefix_reusing_prefill(multi_path):
             assert second.stats.n_reused == 0  # qwen35: a recurrent target starts over (no rollback)
         else:
             assert second.stats.n_reused > len(PROMPT_TOKENS)
-        seq = prompt2 + second.tokens
-        toks, logits = m.rt.peek_draft(5)
+        seq = prompt2 + (second.tokens if second.finish_reason == "eos" else second.tokens[:-1]) + [PROMPT_TOKENS[0]]
+        toks, logits = m.rt.peek_draft(5, id_last=seq[-1])
     finally:
         m.close()
     ftoks, flogits = replay_peek(multi_path, seq, "per_layer", 5, 5)

@@ -110,7 +110,7 @@ def test_n_nextn_override_and_validation(tmp_path, vocab_file):
     assert kv["step35.block_count"][1] == N_TRUNK + 1
     assert kv["step35.nextn_predict_layers"][1] == 1
     with pytest.raises(ValueError):
-        tm.make_tiny_model("glm4moe", tmp_path / "g.gguf", n_nextn=2)
+        tm.make_tiny_model("glm4moe", tmp_path / "g.gguf", n_nextn=4)  # at most 3 MTP blocks
     with pytest.raises(ValueError):
         tm.make_tiny_model("nope", tmp_path / "n.gguf")
     with pytest.raises(ValueError):
