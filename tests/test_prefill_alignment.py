@@ -62,6 +62,13 @@ def test_prefill_with_reuse_gives_bitwise_equal_logits(arch, tiny_model_path):
     with pymtp.Model(path, mtp="on", n_draft=3, **opts) as on, pymtp.Model(path, mtp="off", **opts) as off:
         for i, prompt in enumerate(prompt_sequence(off)):
             a, b = prefill_logits(off, prompt), prefill_logits(on, prompt)
+            if NGL:
+                # CUDA: the target graph that also outputs the nextn states (MTP on) may fuse kernels
+                # differently and round differently in the last bits (glm4moe on an H100: 0.013); the
+                # same chunks still give the same decisions. Bitwise equality is the CPU guarantee.
+                assert np.abs(a - b).max() < 0.05 and a.argmax() == b.argmax(), (
+                    f"{arch}: target logits differ after prefill #{i}: max |diff| {np.abs(a - b).max():.3g}")
+                continue
             assert np.array_equal(a, b), (
                 f"{arch}: target logits differ after prefill #{i} ({len(prompt)} tokens), "
                 f"max |diff| {np.abs(a - b).max():.3g}")
