@@ -128,6 +128,9 @@ def main() -> int:
     ap.add_argument("--serial", action="store_true",
                     help="one server at a time (for models that do not fit three times in memory)")
     ap.add_argument("--log-dir", default=None, help="where the servers' logs go (default: a new temp dir)")
+    ap.add_argument("--upstream-extra", default="", metavar="ARGS",
+                    help="more arguments for the upstream draft-mtp server, e.g. "
+                         "'--no-spec-draft-backend-sampling' (split on spaces)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -151,7 +154,7 @@ def main() -> int:
     configs = {
         "plain": [str(upstream), *common],
         "upstream draft-mtp": [str(upstream), *common, "--spec-type", "draft-mtp", "--spec-draft-n-max",
-                               str(args.n_draft), *synth],
+                               str(args.n_draft), *synth, *args.upstream_extra.split()],
         "pymtp --mtp": [str(server_binary()), *common, "--mtp", "--mtp-n-draft", str(args.n_draft),
                         "--mtp-draft", args.draft, "--mtp-adaptive", "off", *synth],
     }

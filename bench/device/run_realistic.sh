@@ -3,6 +3,7 @@
 # For each realistic random-weight model (pymtp/devtools/realistic.py), made here on the box:
 #   1. plain vs pristine upstream --spec-type draft-mtp vs pymtp --mtp, side by side through
 #      llama-server (bench/upstream_vs_pymtp.py), synthetic acceptance 0.917/0.837/0.648, k=3;
+#      UPSTREAM_HOST=1 adds a run with upstream's draft sampling on the host (--no-spec-draft-backend-sampling);
 #   2. (ENGINE_BENCH=1) `pymtp bench` with the same rates, k=1..3: D, V(k+1) and the bound.
 # Every result is written to $OUT as soon as it exists, so a call cut off by its limit still returns
 # what finished. BUDGET_S (default 560) skips a step that would start after that many seconds.
@@ -46,6 +47,13 @@ for m in ${MODELS:-qwen35-27b qwen35moe-35b-a3b}; do
         [ "$(el)" -lt "$budget" ] && { say "retrying $m with --serial"
             "${uvp[@]}" --serial --log-dir "$OUT/logs-$m-serial" --out "$OUT/upstream-vs-pymtp-h100-$m-serial.json" \
                 2>&1 | tee "$OUT/upstream-vs-pymtp-h100-$m-serial.txt"; }
+    fi
+    if [ "${UPSTREAM_HOST:-0}" = 1 ] && [ "$(el)" -lt "$budget" ]; then
+        # the same comparison with upstream's drafts sampled on the host, like pymtp before patch 0018
+        say "upstream vs pymtp on $m, upstream --no-spec-draft-backend-sampling"
+        "${uvp[@]}" --upstream-extra=--no-spec-draft-backend-sampling --log-dir "$OUT/logs-$m-host" \
+            --out "$OUT/upstream-vs-pymtp-h100-$m-upstream-host-sampling.json" \
+            2>&1 | tee "$OUT/upstream-vs-pymtp-h100-$m-upstream-host-sampling.txt"
     fi
     if [ "${ENGINE_BENCH:-0}" = 1 ] && [ "$(el)" -lt "$budget" ]; then
         say "pymtp bench on $m"
