@@ -24,6 +24,7 @@ class Stats:
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
     n_draft_decodes: int = 0
+    n_catchup_decodes: int = 0   # MTP decodes writing teacher-forced KV (one per head per target decode)
     prefill_ms: float = 0.0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
@@ -40,7 +41,7 @@ class Stats:
             n_drafted=s.n_drafted, n_accepted=s.n_accepted,
             drafted_per_position=[int(s.drafted_per_pos[i]) for i in range(n_pos)],
             accepted_per_position=[int(s.accepted_per_pos[i]) for i in range(n_pos)],
-            n_draft_decodes=s.n_draft_decodes,
+            n_draft_decodes=s.n_draft_decodes, n_catchup_decodes=s.n_catchup_decodes,
             prefill_ms=s.t_prefill_ms, draft_ms=s.t_draft_ms, verify_ms=s.t_verify_ms,
             sample_ms=s.t_sample_ms, catchup_ms=s.t_catchup_ms, generate_ms=generate_ms,
         )
