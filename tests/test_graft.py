@@ -242,16 +242,21 @@ def test_llama_cpp_runs_the_grafted_head_like_torch(grafted, tiny_llama):
     assert r["mtp_argmax_agreement"] == 1.0, r
 
 
-def test_generation_uses_the_head(grafted, tiny_llama):
+def assert_head_drafts_losslessly(base, head, n_draft: int) -> None:
+    """The base with the head drafts, and its greedy text equals the base's without MTP."""
     import pymtp
 
-    head, _, _ = grafted
-    with pymtp.Model(tiny_llama, mtp="on", mtp_head=head, n_draft=2, n_ctx=256, n_threads=1) as m:
+    with pymtp.Model(base, mtp="on", mtp_head=head, n_draft=n_draft, n_ctx=256, n_threads=1) as m:
         assert m.mtp_enabled
         out = m.generate("Hello", max_tokens=16)
         assert out.stats.to_dict()["n_drafted"] > 0
-    with pymtp.Model(tiny_llama, mtp="off", n_ctx=256, n_threads=1) as m:
+    with pymtp.Model(base, mtp="off", n_ctx=256, n_threads=1) as m:
         assert m.generate("Hello", max_tokens=16).tokens == out.tokens       # lossless
+
+
+def test_generation_uses_the_head(grafted, tiny_llama):
+    head, _, _ = grafted
+    assert_head_drafts_losslessly(tiny_llama, head, n_draft=2)
 
 
 def test_resume_continues_from_checkpoint(grafted, tiny_llama):
@@ -411,7 +416,6 @@ def test_llama_cpp_runs_each_grafted_head_like_torch(grafted_heads, tiny_llama):
 
 
 def test_heads_merge_and_generate(grafted_heads, tiny_llama, tmp_path):
-    import pymtp
     from pymtp.graft.writer import merge_head
     from pymtp.gguf_meta import read_info
 
@@ -420,12 +424,7 @@ def test_heads_merge_and_generate(grafted_heads, tiny_llama, tmp_path):
     merged = merge_head(tiny_llama, head, tmp_path / "merged.gguf")
     info = read_info(merged)
     assert info.n_mtp_layers == N_HEADS and info.n_layer == N_LAYER + N_HEADS
-    with pymtp.Model(tiny_llama, mtp="on", mtp_head=head, n_draft=3, n_ctx=256, n_threads=1) as m:
-        assert m.mtp_enabled
-        out = m.generate("Hello", max_tokens=16)
-        assert out.stats.to_dict()["n_drafted"] > 0
-    with pymtp.Model(tiny_llama, mtp="off", n_ctx=256, n_threads=1) as m:
-        assert m.generate("Hello", max_tokens=16).tokens == out.tokens       # lossless
+    assert_head_drafts_losslessly(tiny_llama, head, n_draft=3)
 
 
 def test_heads_1_is_the_single_head_recipe(grafted, tiny_llama):
@@ -461,7 +460,7 @@ def test_grafted_heads_engine_lossless_and_caches_exact(grafted_heads, tiny_llam
     random accept/reject patterns each head's cache equals a fresh replay of the accepted tokens."""
     import numpy as np
     import pymtp
-    from pymtp._native import llama as L
+    from test_multihead import fresh_peek
 
     head, _ = grafted_heads
     prompt = CHECK_SEQ
@@ -482,9 +481,6 @@ def test_grafted_heads_engine_lossless_and_caches_exact(grafted_heads, tiny_llam
         # token is pending and not in gen.tokens); both engines draft after the same token
         held = prompt + (gen.tokens if gen.finish_reason == "eos" else gen.tokens[:-1])
         toks, logits = m.rt.peek_draft(5, id_last=CHECK_SEQ[0])
-    with model() as fresh:
-        arr = (L.llama_token * len(held))(*held)
-        assert fresh.rt.lib.llama_mtp_prefill(fresh.rt.engine, arr, len(held)) == 0
-        ftoks, flogits = fresh.rt.peek_draft(5, id_last=CHECK_SEQ[0])
+    ftoks, flogits = fresh_peek(model(), held + [CHECK_SEQ[0]], 5)
     assert toks == ftoks
     assert float(np.abs(np.asarray(logits) - np.asarray(flogits)).max()) < 0.02

@@ -47,17 +47,19 @@ def held_tokens(out) -> list[int]:
     return PROMPT_TOKENS + (out.tokens if out.finish_reason == "eos" else out.tokens[:-1])
 
 
-def replay_peek(path, seq, heads, n_draft, k):
-    """A fresh engine that prefills seq[:-1] and peeks the draft after seq[-1]."""
+def fresh_peek(fresh, seq, k):
+    """Close-after-use model ``fresh`` prefills seq[:-1] and peeks the draft after seq[-1]."""
     from pymtp._native import llama as L
 
-    fresh = open_model(path, n_draft=n_draft, heads=heads)
-    try:
+    with fresh:
         arr = (L.llama_token * (len(seq) - 1))(*seq[:-1])
         assert fresh.rt.lib.llama_mtp_prefill(fresh.rt.engine, arr, len(seq) - 1) == 0
         return fresh.rt.peek_draft(k, id_last=seq[-1])
-    finally:
-        fresh.close()
+
+
+def replay_peek(path, seq, heads, n_draft, k):
+    """A fresh engine on ``path`` that replays seq (see fresh_peek)."""
+    return fresh_peek(open_model(path, n_draft=n_draft, heads=heads), seq, k)
 
 
 def max_diff(a, b) -> float:

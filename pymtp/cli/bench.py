@@ -86,20 +86,12 @@ def parse_floats(text: str, flag: str, ok, what: str, unique: bool = True) -> li
     return list(dict.fromkeys(vals)) if unique else vals
 
 
-def parse_modes(text: str) -> list[str]:
-    modes = [m.strip() for m in text.split(",") if m.strip()]
-    bad = [m for m in modes if m not in common.DRAFT_MODES]
-    if not modes or bad:
-        raise InvalidArgumentError(f"--modes takes {', '.join(common.DRAFT_MODES)}, got {text!r}")
-    return list(dict.fromkeys(modes))
-
-
-def parse_policies(text: str) -> list[str]:
-    pols = [p.strip() for p in text.split(",") if p.strip()]
-    bad = [p for p in pols if p not in common.HEAD_POLICIES]
-    if not pols or bad:
-        raise InvalidArgumentError(f"--head-policies takes {', '.join(common.HEAD_POLICIES)}, got {text!r}")
-    return list(dict.fromkeys(pols))
+def parse_choices(text: str, flag: str, choices) -> list[str]:
+    """A comma-separated list of names from ``choices``, duplicates dropped, order kept."""
+    vals = [v.strip() for v in text.split(",") if v.strip()]
+    if not vals or any(v not in choices for v in vals):
+        raise InvalidArgumentError(f"{flag} takes {', '.join(choices)}, got {text!r}")
+    return list(dict.fromkeys(vals))
 
 
 def run(args) -> int:
@@ -109,7 +101,7 @@ def run(args) -> int:
 
     common.validate_args(args)
     ks = parse_drafts(args.n_drafts)
-    modes = parse_modes(args.modes if args.modes is not None else args.draft)
+    modes = parse_choices(args.modes if args.modes is not None else args.draft, "--modes", common.DRAFT_MODES)
     temps = (parse_floats(args.temps, "--temps", lambda t: t >= 0, ">= 0")
              if args.temps is not None else [args.temp])
     penalties = (parse_floats(args.repeat_penalties, "--repeat-penalties", lambda r: r > 0, "> 0")
@@ -117,7 +109,8 @@ def run(args) -> int:
     rates = (parse_floats(args.synthetic_rates, "--synthetic-rates", lambda a: 0 <= a <= 1, "in 0..1",
                           unique=False)
              if args.synthetic_rates is not None else None)
-    policies = parse_policies(args.head_policies) if args.head_policies is not None else [args.heads]
+    policies = (parse_choices(args.head_policies, "--head-policies", common.HEAD_POLICIES)
+                if args.head_policies is not None else [args.heads])
     if args.limit is not None and args.limit < 1:
         raise InvalidArgumentError("--limit must be >= 1")
     if args.plot:

@@ -194,9 +194,6 @@ class Runtime:
         if lib.llama_mtp_set_heads(self.engine, arr, n) != L.MTP_OK:
             raise ModelLoadError(f"the MTP engine refused the {n} head contexts")
         lib.llama_mtp_set_head_policy(self.engine, HEAD_POLICIES[self.cfg.heads])
-        self.mtp_reason = self.mtp_reason.replace(
-            "head 0 drafts", f"heads {self.cfg.heads}: step i drafts with head "
-            + ("i mod %d" % n if self.cfg.heads == "per_layer" else "i, at most %d tokens," % n), 1)
 
     def peek_draft(self, k: int, id_last: int | None = None) -> tuple[list[int], "list[list[float]]"]:
         """Inspection: the greedy draft of k tokens the engine would make now and each step's MTP
@@ -242,7 +239,11 @@ class Runtime:
             if mode == "on":
                 raise MTPUnavailableError(f"--mtp on: {why}")
             return why
-        return f"MTP on: {self.n_mtp_layers} MTP layer(s), head 0 drafts up to {self.cfg.n_draft} tokens"
+        n, policy = self.n_mtp_layers, self.cfg.heads
+        who = ("head 0 drafts" if n == 1 or policy == "first" else
+               f"heads {policy}: step i drafts with head i mod {n}" if policy == "per_layer" else
+               f"heads {policy}: step i drafts with head i, at most {n} tokens,")
+        return f"MTP on: {n} MTP layer(s), {who} up to {self.cfg.n_draft} tokens"
 
 
     # -- metadata & tokenizer -------------------------------------------------
