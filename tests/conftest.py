@@ -7,6 +7,7 @@ is an error, not a skip: CI must exercise the real engine.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,14 @@ import pytest
 # generator at this checkout's vendored tree (filled by the build).
 os.environ.setdefault("PYMTP_LLAMA_CPP_DIR", str(Path(__file__).resolve().parent.parent / "vendor" / "llama.cpp"))
 
-from pymtp.devtools.tiny_models import make_tiny_model
+# The test-model generators (pymtp_devtools/) live in the checkout, not in the installed package.
+# Appended, not prepended: `pymtp` itself still comes from the installed package (with its native
+# library), never from the checkout's pymtp/ (which has no lib/).
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.append(_ROOT)
+
+from pymtp_devtools.tiny_models import make_tiny_model
 from gpu import NGL
 
 # one single-head MoE arch, one hybrid recurrent arch, one multi-head arch

@@ -17,7 +17,7 @@ import shutil
 import pytest
 
 import pymtp
-from pymtp.devtools import tiny_dense as td
+from pymtp_devtools import tiny_dense as td
 from pymtp.errors import ModelFileError, ModelLoadError
 from gpu import NGL
 

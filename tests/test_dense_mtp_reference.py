@@ -26,7 +26,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from pymtp.devtools import tiny_dense as td  # noqa: E402
+from pymtp_devtools import tiny_dense as td  # noqa: E402
 
 # tolerance relative to the scale of the compared quantity (max |x|, at least 1)
 RTOL = 1e-3

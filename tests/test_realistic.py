@@ -1,4 +1,4 @@
-"""The realistic-shape random GGUF generator (pymtp/devtools/realistic.py), at a tiny --scale.
+"""The realistic-shape random GGUF generator (pymtp_devtools/realistic.py), at a tiny --scale.
 
 The full-size files (16.8 / 21.7 GB) are made on the GPU box for the synthetic-acceptance
 benchmarks; here the same code writes scaled-down ones that our build must load and decode with
@@ -17,8 +17,8 @@ gguf = pytest.importorskip("gguf")
 import pymtp  # noqa: E402
 from gpu import NGL  # noqa: E402
 from pymtp._native import llama as L  # noqa: E402
-from pymtp.devtools import realistic as rl  # noqa: E402
-from pymtp.devtools import tiny_models as tm  # noqa: E402
+from pymtp_devtools import realistic as rl  # noqa: E402
+from pymtp_devtools import tiny_models as tm  # noqa: E402
 
 SCALE = 0.05
 N_VOCAB = 40000      # deepseek-coder's 32k tokens padded: exercises the padding and its zero LM-head rows

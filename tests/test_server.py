@@ -23,7 +23,7 @@ import pytest
 openai = pytest.importorskip("openai")
 
 from gpu import NGL
-from pymtp.devtools.tiny_dense import make_tiny_dense_split
+from pymtp_devtools.tiny_dense import make_tiny_dense_split
 from pymtp.server import free_port, plan_launch, stop_server, wait_until_ready
 
 PROMPTS = ["Hello world", "The capital of France is", "1, 2, 3, 4,", "Once upon a time there"]

@@ -9,7 +9,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from pymtp.devtools import tiny_models as tm  # noqa: E402
+from pymtp_devtools import tiny_models as tm  # noqa: E402
 
 N_TRUNK = tm.DIMS.n_layer
 EXPECTED_N_NEXTN = {"glm4moe": 1, "qwen35": 1, "step35": 3}

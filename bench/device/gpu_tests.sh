@@ -24,7 +24,7 @@ lib=$site/lib/libllama.so
 [ "${SKIP_SYNC:-0}" = 1 ] || (cd pymtp && find . -name '*.py' -exec cp --parents {} "$site/" \;)
 tiny=/tmp/pymtp-gpu-tiny
 mkdir -p $tiny
-for a in qwen35 glm4moe; do python3 -m pymtp.devtools.tiny_models $a $tiny/$a.gguf 2>/dev/null; done
+for a in qwen35 glm4moe; do python3 -m pymtp_devtools.tiny_models $a $tiny/$a.gguf 2>/dev/null; done
 
 probe='import numpy, pymtp
 m = pymtp.Model("'$tiny'/qwen35.gguf", n_gpu_layers=99, n_ctx=256, mtp="on")

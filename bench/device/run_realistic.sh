@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU session, call 2 (bench/device/README.md): carry .dev/call1; after build_cuda.sh.
-# For each realistic random-weight model (pymtp/devtools/realistic.py), made here on the box:
+# For each realistic random-weight model (pymtp_devtools/realistic.py), made here on the box:
 #   1. plain vs pristine upstream --spec-type draft-mtp vs pymtp --mtp, side by side through
 #      llama-server (bench/upstream_vs_pymtp.py), synthetic acceptance 0.917/0.837/0.648, k=3;
 #      UPSTREAM_HOST=1 adds a run with upstream's draft sampling on the host (--no-spec-draft-backend-sampling);
@@ -35,7 +35,7 @@ for m in ${MODELS:-qwen35-27b qwen35moe-35b-a3b}; do
     f=$dir/$m.gguf
     if [ ! -f "$f" ]; then
         say "generating $m (disk free: $(df -h --output=avail "$dir" | tail -n 1))"
-        python3 -m pymtp.devtools.realistic "$m" "$f" --vocab-file "$vocab" --scale "${SCALE:-1}" 2>&1 \
+        python3 -m pymtp_devtools.realistic "$m" "$f" --vocab-file "$vocab" --scale "${SCALE:-1}" 2>&1 \
             | tr '\r' '\n' | grep -v ' / ' | tee -a "$OUT/realistic-gen.txt" || { say "generation failed"; continue; }
     fi
     say "upstream vs pymtp on $m"

@@ -1,8 +1,8 @@
 """Random-weight GGUFs of realistic shape with one MTP layer, for engine-cost benchmarks.
 
-    python -m pymtp.devtools.realistic qwen35-27b OUT.gguf            # ~16 GB, Qwen3.5-27B-like
-    python -m pymtp.devtools.realistic qwen35moe-35b-a3b OUT.gguf     # ~20 GB, Qwen3.5-35B-A3B-like
-    python -m pymtp.devtools.realistic qwen35-27b small.gguf --scale 0.05 --n-vocab 0   # tests
+    python -m pymtp_devtools.realistic qwen35-27b OUT.gguf            # ~16 GB, Qwen3.5-27B-like
+    python -m pymtp_devtools.realistic qwen35moe-35b-a3b OUT.gguf     # ~20 GB, Qwen3.5-35B-A3B-like
+    python -m pymtp_devtools.realistic qwen35-27b small.gguf --scale 0.05 --n-vocab 0   # tests
 
 What "realistic" means here: the tensor shapes, layer pattern and hyperparameters of the
 public Qwen3.5-27B / Qwen3.5-35B-A3B configs (64 resp. 40 layers, Gated DeltaNet layers with a
@@ -42,7 +42,7 @@ import gguf
 import numpy as np
 
 from pymtp.chat_template import CHATML_TEMPLATE
-from pymtp.devtools.tiny_models import (TRUNK_OUT_SCALE, _NORMAL_TOKEN_TYPE, _tname, _tokenizer_kv,
+from pymtp_devtools.tiny_models import (TRUNK_OUT_SCALE, _NORMAL_TOKEN_TYPE, _tname, _tokenizer_kv,
                                         _write_tokenizer, resolve_llama_cpp_dir)
 
 Q = gguf.GGMLQuantizationType
@@ -518,7 +518,7 @@ def describe(preset: str, scale: float = 1.0) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.devtools.realistic",
+    ap = argparse.ArgumentParser(prog="python -m pymtp_devtools.realistic",
                                  description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("preset", choices=sorted(PRESETS))

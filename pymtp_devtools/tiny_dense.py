@@ -40,7 +40,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from pymtp.devtools.tiny_models import (DEFAULT_VOCAB, LM_HEAD_NOISE, MTP_HIDDEN_MIX, MTP_OUT_SCALE,
+from pymtp_devtools.tiny_models import (DEFAULT_VOCAB, LM_HEAD_NOISE, MTP_HIDDEN_MIX, MTP_OUT_SCALE,
                                         RANDOM_STD, TRUNK_OUT_SCALE, _lm_head, _storage_dtype,
                                         _tname, _token_types, _tokenizer_kv, _Weights,
                                         _write_tokenizer, vocab_path)
@@ -360,7 +360,7 @@ def write_base_only(src, out_path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pymtp.devtools.tiny_dense",
+        prog="python -m pymtp_devtools.tiny_dense",
         description="Write a tiny random dense GGUF (llama/qwen2/qwen3/gemma3) with a planted MTP head.")
     parser.add_argument("arch", choices=ARCHS)
     parser.add_argument("out", type=Path, help="output .gguf path (with --split: the base model)")

@@ -93,7 +93,7 @@ DIMS = TinyDims()
 # --------------------------------------------------------------------------- tokenizer
 
 def _repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[1]
 
 
 def resolve_llama_cpp_dir(llama_cpp_dir: str | os.PathLike | None = None) -> Path:
@@ -585,7 +585,7 @@ def make_tiny_model(arch: str, out_path, *, seed: int = 0, n_nextn: int | None =
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pymtp.devtools.tiny_models",
+        prog="python -m pymtp_devtools.tiny_models",
         description="Write a tiny random-weight GGUF model with MTP layers (for tests).")
     parser.add_argument("arch", choices=ARCHS)
     parser.add_argument("out", type=Path, help="output .gguf path")
