@@ -88,7 +88,7 @@ class Model:
     @property
     def n_heads(self) -> int:
         """MTP layers the engine drafts with (1 with heads="first" or a one-layer head; 0 without MTP)."""
-        return int(self.rt.lib.llama_mtp_n_heads(self.rt.engine))
+        return self.rt.n_heads()
 
     @property
     def mtp_reason(self) -> str:
@@ -113,8 +113,7 @@ class Model:
     def special_texts(self) -> tuple[str, str]:
         """(BOS, EOS) token texts, "" where the vocabulary has none."""
         rt = self.rt
-        ids = (rt.lib.llama_vocab_bos(rt.vocab), rt.lib.llama_vocab_eos(rt.vocab))
-        return tuple(rt.token_text(t) if t >= 0 else "" for t in ids)
+        return tuple(rt.token_text(t) if t >= 0 else "" for t in rt.bos_eos())
 
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         bos, eos = self.special_texts()

@@ -1,4 +1,4 @@
-"""Tokenizer calls on a llama_vocab: the two-pass buffer dance written once."""
+"""Tokenizer calls on a llama_vocab: the two-pass buffer dance written once, and its special tokens."""
 
 from __future__ import annotations
 
@@ -28,3 +28,33 @@ def token_piece(vocab, token: int, special: bool = False) -> bytes:
         buf = C.create_string_buffer(-n)
         n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
     return buf.raw[:n]
+
+
+def n_tokens(vocab) -> int:
+    return int(L.lib().llama_vocab_n_tokens(vocab))
+
+
+def bos(vocab) -> int:
+    """The BOS token id (-1: the vocabulary has none)."""
+    return int(L.lib().llama_vocab_bos(vocab))
+
+
+def eos(vocab) -> int:
+    """The EOS token id (-1: the vocabulary has none)."""
+    return int(L.lib().llama_vocab_eos(vocab))
+
+
+def adds_bos(vocab) -> bool:
+    """Whether tokenizing with add_special puts BOS first."""
+    return bool(L.lib().llama_vocab_get_add_bos(vocab))
+
+
+def is_eog(vocab, token: int) -> bool:
+    """Whether ``token`` ends a generation (EOS, EOT, ...)."""
+    return bool(L.lib().llama_vocab_is_eog(vocab, token))
+
+
+def eog_ids(vocab) -> list[int]:
+    """Every end-of-generation token id of the vocabulary."""
+    lib = L.lib()
+    return [t for t in range(lib.llama_vocab_n_tokens(vocab)) if lib.llama_vocab_is_eog(vocab, t)]

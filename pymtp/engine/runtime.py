@@ -271,10 +271,18 @@ class Runtime:
     def is_eog(self, token: int) -> bool:
         return bool(self.lib.llama_vocab_is_eog(self.vocab, token))
 
+    def bos_eos(self) -> tuple[int, int]:
+        """(BOS, EOS) token ids, -1 where the vocabulary has none."""
+        return vocab_calls.bos(self.vocab), vocab_calls.eos(self.vocab)
+
     def token_text(self, token: int) -> str:
         return self.token_piece(token, special=True).decode("utf-8", "replace")
 
     # -- engine state -----------------------------------------------------------
+
+    def n_heads(self) -> int:
+        """MTP layers the engine drafts with (1 with heads="first" or a one-layer head; 0 without MTP)."""
+        return int(self.lib.llama_mtp_n_heads(self.engine))
 
     def clear(self) -> None:
         """Empty the sequence in both contexts: the next prefill starts cold."""

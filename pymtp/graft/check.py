@@ -18,7 +18,6 @@ own output hidden state of head j-1 (h_nextn), and torch runs the same chain.
 from __future__ import annotations
 
 import argparse
-import ctypes as C
 import json
 import sys
 from pathlib import Path
@@ -34,17 +33,6 @@ DEFAULT_PROMPTS = (
 )
 
 
-def _embeddings_ith(lib):
-    """llama_get_embeddings_ith, which the engine bindings do not declare (declared here only)."""
-    fn = lib.llama_get_embeddings_ith if hasattr(lib, "llama_get_embeddings_ith") else None
-    if fn is None:
-        from pymtp._native.lib import load
-
-        fn = load().llama_get_embeddings_ith
-        fn.restype, fn.argtypes = C.POINTER(C.c_float), [C.c_void_p, C.c_int32]
-    return fn
-
-
 def prompt_tokens(model, prompts=DEFAULT_PROMPTS) -> list[list[int]]:
     """Token ids of chat prompts (list of messages) or raw texts, tokenized by llama.cpp."""
     out = []
@@ -53,63 +41,21 @@ def prompt_tokens(model, prompts=DEFAULT_PROMPTS) -> list[list[int]]:
     return out
 
 
-def _context(lib, model, n_tokens: int, n_threads: int | None, ctx_type: int = 0, embeddings=False):
-    from pymtp._native import llama as L
-
-    cp = lib.llama_context_default_params()
-    cp.n_ctx = max(256, n_tokens + 8)
-    cp.n_batch = cp.n_ubatch = max(n_tokens, 8)
-    cp.n_seq_max = 1
-    cp.ctx_type = ctx_type
-    cp.embeddings = embeddings
-    cp.pooling_type = 0          # LLAMA_POOLING_TYPE_NONE: one row per token
-    cp.type_k = cp.type_v = 0    # f32 KV cache: only the weights' own rounding is left
-    cp.flash_attn_type = 0
-    cp.no_perf = True
-    if n_threads:
-        cp.n_threads = cp.n_threads_batch = n_threads
-    ctx = lib.llama_init_from_model(model, cp)
-    if not ctx:
-        raise RuntimeError(f"could not create a llama.cpp context: {L.last_log_lines()}")
-    return ctx
-
-
-def _decode(lib, ctx, tokens, pos0, hidden=None):
-    from pymtp._native import llama as L
-
-    n = len(tokens)
-    tok = (L.llama_token * n)(*tokens)
-    pos = (L.llama_pos * n)(*range(pos0, pos0 + n))
-    out = (C.c_int8 * n)(*([1] * n))
-    batch = L.llama_batch(n_tokens=n, token=tok, pos=pos, logits=out)
-    if hidden is not None:
-        emb = np.ascontiguousarray(hidden, dtype=np.float32)
-        batch.embd = emb.ctypes.data_as(C.POINTER(C.c_float))
-    rc = lib.llama_decode(ctx, batch)
-    if rc != 0:
-        raise RuntimeError(f"llama_decode failed ({rc}): {L.last_log_lines()}")
-
-
-def _rows(fn, ctx, n, width):
-    return np.stack([np.ctypeslib.as_array(fn(ctx, i), (width,)).copy() for i in range(n)])
-
-
 def llama_cpp_rows(model, seqs: list[list[int]], n_threads: int | None = None):
     """[(hidden [T, D], logits [T, V])] from llama.cpp for each token sequence (positions 0..):
     the final-norm output (embeddings, pooling none) and the logits of every row."""
+    from pymtp._native import model_calls as mc
+
     rt = model.rt
-    lib = rt.lib
-    emb_ith = _embeddings_ith(lib)
-    n_embd = lib.llama_model_n_embd(rt.model)
+    n_embd = mc.model_n_embd(rt.model)
     out = []
     for seq in seqs:
-        ctx = _context(lib, rt.model, len(seq), n_threads, embeddings=True)
+        ctx = mc.new_context(rt.model, len(seq), n_threads, embeddings=True)
         try:
-            _decode(lib, ctx, seq, 0)
-            out.append((_rows(emb_ith, ctx, len(seq), n_embd),
-                        _rows(lib.llama_get_logits_ith, ctx, len(seq), rt.n_vocab)))
+            mc.decode(ctx, seq, 0)
+            out.append((mc.embedding_rows(ctx, len(seq), n_embd), mc.logits_rows(ctx, len(seq), rt.n_vocab)))
         finally:
-            lib.llama_free(ctx)
+            mc.free_context(ctx)
     return out
 
 
@@ -174,7 +120,8 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
     import torch
 
     import pymtp
-    from pymtp._native import llama as L
+    from pymtp._native import model_calls as mc
+    from pymtp._native import vocab as vocab_calls
     from .gguf_weights import load_base
     from .torch_model import BaseModel, MTPHead, rope_tables
 
@@ -182,56 +129,51 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
     if seqs is None:
         with pymtp.Model(base_path, mtp="off", n_ctx=512, n_threads=n_threads) as model:
             seqs = prompt_tokens(model, prompts)
-    lib = L.lib()
     from pymtp.gguf_meta import read_info
 
     n_heads = max(1, read_info(head_path).n_mtp_layers)
-    sidecar = any(f[0] == "mtp_head_path" for f in L.llama_model_params._fields_)
+    sidecar = mc.HAS_MTP_HEAD_PATH
     with tempfile.TemporaryDirectory(prefix="pymtp-check-") as tmp:
-        mp = lib.llama_model_default_params()
-        mp.n_gpu_layers = 0
-        mp.load_mtp = True
         if sidecar:
-            mp.mtp_head_path = str(head_path).encode()
             load_path = base_path
         else:
             from .writer import merge_head
 
             load_path = Path(tmp) / "merged.gguf"
             merge_head(base_path, head_path, load_path)
-        model = lib.llama_model_load_from_file(str(load_path).encode(), mp)
+        model = mc.load_model(load_path, n_gpu_layers=0, load_mtp=True, mtp_head=head_path if sidecar else None)
         if not model:
-            raise RuntimeError(f"llama.cpp could not load the head: {L.last_log_lines()}")
+            raise RuntimeError(f"llama.cpp could not load the head: {mc.last_log_lines()}")
         try:
-            n_embd = lib.llama_model_n_embd(model)
-            n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
+            n_embd = mc.model_n_embd(model)
+            n_vocab = vocab_calls.n_tokens(mc.model_vocab(model))
             ref = []
             for seq in seqs:
-                ctx = _context(lib, model, len(seq), n_threads)
+                ctx = mc.new_context(model, len(seq), n_threads)
                 try:
-                    lib.llama_set_embeddings_nextn(ctx, True, False)
-                    _decode(lib, ctx, seq, 0)
-                    h = _rows(lib.llama_get_embeddings_nextn_ith, ctx, len(seq), n_embd)
+                    mc.set_nextn_outputs(ctx, True, False)
+                    mc.decode(ctx, seq, 0)
+                    h = mc.nextn_rows(ctx, len(seq), n_embd)
                 finally:
-                    lib.llama_free(ctx)
+                    mc.free_context(ctx)
                 per_head, g = [], h
                 for j in range(n_heads):
                     # head j, its own MTP context (its own KV): (x_p, g_{j-1}(p-1)), g_{-1} = h
-                    mctx = _context(lib, model, len(seq), n_threads, ctx_type=L.LLAMA_CONTEXT_TYPE_MTP)
+                    mctx = mc.new_context(model, len(seq), n_threads, mtp=True)
                     try:
-                        lib.llama_set_embeddings_nextn(mctx, True, False)
+                        mc.set_nextn_outputs(mctx, True, False)
                         if n_heads > 1:
-                            lib.llama_set_nextn_layer_offset(mctx, j)
+                            mc.set_nextn_layer(mctx, j)
                         g_in = np.vstack([np.zeros((1, n_embd), np.float32), g[:-1]])
-                        _decode(lib, mctx, seq, 0, g_in)
-                        logits = _rows(lib.llama_get_logits_ith, mctx, len(seq), n_vocab)
-                        g = _rows(lib.llama_get_embeddings_nextn_ith, mctx, len(seq), n_embd)
+                        mc.decode(mctx, seq, 0, g_in)
+                        logits = mc.logits_rows(mctx, len(seq), n_vocab)
+                        g = mc.nextn_rows(mctx, len(seq), n_embd)
                         per_head.append((logits, g))
                     finally:
-                        lib.llama_free(mctx)
+                        mc.free_context(mctx)
                 ref.append((h, per_head))
         finally:
-            lib.llama_model_free(model)
+            mc.free_model(model)
 
     base_g = load_base(base_path, with_sha=False)
     base = BaseModel(base_g)

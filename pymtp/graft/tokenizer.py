@@ -10,25 +10,24 @@ from pymtp.errors import ModelLoadError
 
 class Tokenizer:
     def __init__(self, path):
-        from pymtp._native import llama as L
+        from pymtp._native import model_calls as mc
+        from pymtp._native import vocab as vocab_calls
         from pymtp.gguf_meta import read_info
 
         self.path = Path(path)
-        self.lib = L.lib()
-        mp = self.lib.llama_model_default_params()
-        mp.vocab_only = True
-        self.model = self.lib.llama_model_load_from_file(str(self.path).encode(), mp)
+        self._free_model = mc.free_model
+        self.model = mc.load_model(self.path, vocab_only=True)
         if not self.model:
-            raise ModelLoadError(f"llama.cpp could not load the vocabulary of {path}: {L.last_log_lines()}")
-        self.vocab = self.lib.llama_model_get_vocab(self.model)
-        self.n_vocab = self.lib.llama_vocab_n_tokens(self.vocab)
+            raise ModelLoadError(f"llama.cpp could not load the vocabulary of {path}: {mc.last_log_lines()}")
+        self.vocab = mc.model_vocab(self.model)
+        self.n_vocab = vocab_calls.n_tokens(self.vocab)
         info = read_info(self.path)
         self.chat_template = info.chat_template
         self.bos_text = info.bos_token or ""
         self.eos_text = info.eos_token or ""
-        self.bos_id = int(self.lib.llama_vocab_bos(self.vocab))
-        self.add_bos = bool(self.lib.llama_vocab_get_add_bos(self.vocab))
-        self.eog_ids = [t for t in range(self.n_vocab) if self.lib.llama_vocab_is_eog(self.vocab, t)]
+        self.bos_id = vocab_calls.bos(self.vocab)
+        self.add_bos = vocab_calls.adds_bos(self.vocab)
+        self.eog_ids = vocab_calls.eog_ids(self.vocab)
         self._memo = {}
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -61,7 +60,7 @@ class Tokenizer:
 
     def close(self) -> None:
         if getattr(self, "model", None):
-            self.lib.llama_model_free(self.model)
+            self._free_model(self.model)
             self.model = None
 
     def __enter__(self):
