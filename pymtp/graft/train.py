@@ -365,11 +365,62 @@ def _atomic_save(obj, path: Path) -> None:
 
 
 def graft(job: GraftJob, log=None) -> dict:
-    """Generate data, train the head, write the head GGUF; returns the report dict."""
+    """Generate data, train the head, write the head GGUF; returns the report dict.
+
+    The steps, in order: set up torch, load the base and make the initial head(s), prepare the
+    data set and the trunk's hidden states, train (from a checkpoint with job.resume), write the
+    head GGUF, write the report."""
     log = log or (lambda msg: print(f"pymtp graft: {msg}", file=sys.stderr, flush=True))
-    cfg, gcfg = job.train, job.gen
+    cfg = job.train
     t_start = time.time()
     job.out.parent.mkdir(parents=True, exist_ok=True)
+    device = _setup_torch(cfg)
+    base_g, base, head_inits = _build_models(job, device, log)
+    n_heads = len(head_inits)
+    data, summary, t_data = _prepare_data(job, base, base_g, device, log)
+
+    t0 = time.time()
+    hid = Hiddens(base, data, cfg.seq_len, cfg.cache_gb, device, job.progress, log, cfg.loss_positions)
+    t_hidden = time.time() - t0
+
+    head, opt = _head_and_optimizer(head_inits, cfg, device)
+    dist = Distiller(base, head, cfg, device, _autocast_for(device))
+    ckpt = _Checkpoint(job.ckpt_path, _settings_key(job, base_g, n_heads), head, opt, cfg)
+    state = _TrainState()
+    if job.resume:
+        ckpt.resume(state, device, log)
+    val_idx = _val_subset(data, hid, cfg.val_tokens, cfg.seed)
+    t_train = _train(job, dist, hid, data, opt, ckpt, state, val_idx, n_heads, log)
+
+    final_val = state.history["val"][-1] if state.history["val"] else None
+    final_loss = (state.ema_loss if state.ema_loss is not None else
+                  (state.history["train"][-1]["loss"] if state.history["train"] else None))
+    per_head = _write_head(job, base_g, head, n_heads, state.step, final_val, final_loss, summary)
+    log(f"wrote {job.out}")
+    report = {
+        "base": {"path": str(job.base), "sha256": base_g.sha256, "hparams": base_g.hparams.to_dict()},
+        "head": {"path": str(job.out), "type": job.head_type, "n_heads": n_heads,
+                 "n_params": int(sum(p.numel() for p in head.parameters()))},
+        "settings": {"train": asdict(cfg), "gen": asdict(job.gen), "corpus": [str(c) for c in job.corpus],
+                     "device": str(device), "torch": torch.__version__},
+        "data": summary,
+        "final": {"step": state.step, "train_loss_ema": final_loss, "val": final_val},
+        # validation top-1 agreement with the trunk of each head (heads > 1; = per_step[j]["agree"])
+        "val_top1_per_head": per_head if n_heads > 1 else None,
+        "history": state.history,
+        "wall_s": {"data": t_data, "hidden_cache": t_hidden, "train": t_train, "total": time.time() - t_start},
+        "train_tokens_per_s": (state.n_tok_run / max(time.time() - state.t_run0, 1e-9)) if state.n_tok_run else None,
+    }
+    if job.report:
+        Path(job.report).write_text(json.dumps(report, indent=2))
+        log(f"report: {job.report}")
+    return report
+
+
+# --------------------------------------------------------------------------- graft's steps
+
+def _setup_torch(cfg: TrainConfig) -> torch.device:
+    """The device, TF32 on CUDA, torch's threads and the seeds of torch and random."""
     device = pick_device(cfg.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -378,12 +429,22 @@ def graft(job: GraftJob, log=None) -> dict:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
+    return device
 
+
+def _autocast_for(device: torch.device):
+    """The head's autocast context: bf16 on CUDA, none on the CPU."""
     def autocast():
         if device.type == "cuda":
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return torch.autocast("cpu", enabled=False)
 
+    return autocast
+
+
+def _build_models(job: GraftJob, device: torch.device, log):
+    """(base GGUF weights, the frozen torch trunk, one initial MTPHead per head to train)."""
+    cfg = job.train
     log(f"reading {job.base}")
     base_g = load_base(job.base)
     hp = base_g.hparams
@@ -398,9 +459,15 @@ def graft(job: GraftJob, log=None) -> dict:
     # head 0 exactly as a single-head run; head j >= 1: the same recipe, noise seeded seed + j
     head_inits = [MTPHead.from_base(base_g, init=cfg.init, seed=cfg.seed + j, index=j) for j in range(n_heads)]
     base_g.tensors = {}  # the BaseModel and the head hold what is needed
+    return base_g, base, head_inits
 
-    # ---- data
+
+def _prepare_data(job: GraftJob, base: BaseModel, base_g, device: torch.device, log):
+    """The training data (text the base writes itself and/or corpus files): (data set, its
+    summary, seconds taken). Raises PymtpError when nothing is left to train on."""
     from .tokenizer import Tokenizer
+
+    cfg, gcfg = job.train, job.gen
     cache_dir = Path(job.data_cache) if job.data_cache else default_cache_dir()
     t0 = time.time()
     with (job.tokenizer or Tokenizer(job.base)) as tok:
@@ -418,55 +485,95 @@ def graft(job: GraftJob, log=None) -> dict:
         f"{summary['tokens']} tokens ({t_data:.0f} s)")
     if summary["train_sequences"] == 0:
         raise PymtpError("no training sequences (all data is held out): use more --samples")
+    return data, summary, t_data
 
-    t0 = time.time()
-    hid = Hiddens(base, data, cfg.seq_len, cfg.cache_gb, device, job.progress, log, cfg.loss_positions)
-    t_hidden = time.time() - t0
 
-    head = head_inits[0].to(device) if n_heads == 1 else torch.nn.ModuleList(head_inits).to(device)
-    dist = Distiller(base, head, cfg, device, autocast)
+def _head_and_optimizer(head_inits: list, cfg: TrainConfig, device: torch.device):
+    """The module trained (one MTPHead, or a ModuleList of chained heads) on the device, and its
+    AdamW (weight decay on matrices only)."""
+    head = head_inits[0].to(device) if len(head_inits) == 1 else torch.nn.ModuleList(head_inits).to(device)
     decay = [p for p in head.parameters() if p.dim() >= 2]
     no_decay = [p for p in head.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
                             fused=device.type == "cuda")
-    history = {"train": [], "val": []}
-    step = 0
-    ckpt = job.ckpt_path
-    settings_key = {"base_sha256": base_g.sha256, "data": gcfg.key(base_g.sha256),
-                    "corpus": sorted(str(c) for c in job.corpus), "seq_len": cfg.seq_len, "chain": cfg.chain,
-                    "loss_positions": cfg.loss_positions}
-    if n_heads > 1:
-        settings_key["heads"] = n_heads
-    if job.resume and ckpt.is_file():
-        state = torch.load(ckpt, map_location=device, weights_only=False)
-        if state.get("version") != CKPT_VERSION or state.get("key") != settings_key:
-            raise PymtpError(f"{ckpt} was written for another base/data/settings; delete it or drop --resume")
-        head.load_state_dict(state["head"])
-        opt.load_state_dict(state["opt"])
-        step, history = state["step"], state["history"]
-        log(f"resumed from {ckpt} at step {step}")
-    elif job.resume:
-        log(f"--resume: no checkpoint at {ckpt}, starting from scratch")
+    return head, opt
 
-    val_idx = _val_subset(data, hid, cfg.val_tokens, cfg.seed)
+
+def _settings_key(job: GraftJob, base_g, n_heads: int) -> dict:
+    """What a checkpoint must have been written for to be resumed: base, data and settings."""
+    cfg = job.train
+    key = {"base_sha256": base_g.sha256, "data": job.gen.key(base_g.sha256),
+           "corpus": sorted(str(c) for c in job.corpus), "seq_len": cfg.seq_len, "chain": cfg.chain,
+           "loss_positions": cfg.loss_positions}
+    if n_heads > 1:
+        key["heads"] = n_heads
+    return key
+
+
+@dataclass
+class _TrainState:
+    """Where training stands: what a checkpoint keeps (step, history) and the running stats."""
+
+    step: int = 0
+    history: dict = field(default_factory=lambda: {"train": [], "val": []})
+    ema_loss: float | None = None
+    ema_agree: float | None = None
+    n_tok_run: int = 0               # loss tokens trained on in this run (train_tokens_per_s)
+    t_run0: float = 0.0
+
+
+class _Checkpoint:
+    """The checkpoint next to the output (<out>.ckpt.pt): head, optimizer, step and history,
+    valid only for the settings ``key`` it was written with."""
+
+    def __init__(self, path: Path, key: dict, head, opt, cfg: TrainConfig):
+        self.path, self.key, self.head, self.opt, self.cfg = path, key, head, opt, cfg
+
+    def save(self, state: _TrainState) -> None:
+        _atomic_save({"version": CKPT_VERSION, "key": self.key, "head": self.head.state_dict(),
+                      "opt": self.opt.state_dict(), "step": state.step, "history": state.history,
+                      "train_config": asdict(self.cfg)}, self.path)
+
+    def resume(self, state: _TrainState, device: torch.device, log) -> None:
+        """Load the checkpoint into the head, the optimizer and ``state`` (none there: say so)."""
+        if not self.path.is_file():
+            log(f"--resume: no checkpoint at {self.path}, starting from scratch")
+            return
+        saved = torch.load(self.path, map_location=device, weights_only=False)
+        if saved.get("version") != CKPT_VERSION or saved.get("key") != self.key:
+            raise PymtpError(f"{self.path} was written for another base/data/settings; delete it or drop --resume")
+        self.head.load_state_dict(saved["head"])
+        self.opt.load_state_dict(saved["opt"])
+        state.step, state.history = saved["step"], saved["history"]
+        log(f"resumed from {self.path} at step {state.step}")
+
+
+def _validate(dist: Distiller, hid: Hiddens, val_idx: np.ndarray, batch: int, state: _TrainState) -> dict:
+    """Evaluate on the validation subset now and record it in the history."""
+    v = evaluate(dist, hid, val_idx, batch)
+    state.history["val"].append({"step": state.step, **v})
+    return v
+
+
+def _train(job: GraftJob, dist: Distiller, hid: Hiddens, data: Dataset, opt, ckpt: _Checkpoint,
+           state: _TrainState, val_idx: np.ndarray, n_heads: int, log) -> float:
+    """The training loop from state.step to cfg.steps: validation every eval_every steps, a
+    checkpoint every save_every steps (and at least every 10 minutes), at the end and on
+    Ctrl-C / SIGTERM (then re-raised as KeyboardInterrupt). Returns its wall time in seconds."""
+    cfg = job.train
+    head = dist.head
     eval_every = cfg.eval_every if cfg.eval_every > 0 else max(1, cfg.steps // 10)
     save_every = cfg.save_every if cfg.save_every > 0 else max(1, cfg.steps // 20)
     eval_batch = max(cfg.batch, 1)
 
-    def save(step_now):
-        _atomic_save({"version": CKPT_VERSION, "key": settings_key, "head": head.state_dict(),
-                      "opt": opt.state_dict(), "step": step_now, "history": history,
-                      "train_config": asdict(cfg)}, ckpt)
-
-    if step == 0 and len(val_idx):
-        v = evaluate(dist, hid, val_idx, eval_batch)
-        history["val"].append({"step": 0, **v})
+    if state.step == 0 and len(val_idx):
+        v = _validate(dist, hid, val_idx, eval_batch, state)
         log(f"val at init: top-1 agreement {v['agree']:.3f} (all positions {v['agree_all']:.3f}), "
             f"KL {v['kl']:.3f}" + _heads_note(v, n_heads))
 
-    rng = np.random.default_rng(cfg.seed + 1000 * step)
+    rng = np.random.default_rng(cfg.seed + 1000 * state.step)
     train_idx = hid.has_loss(data.indices(False))
     if len(train_idx) == 0:
         raise PymtpError("no training positions: every training sequence is all prompt (raise --seq-len)")
@@ -474,65 +581,72 @@ def graft(job: GraftJob, log=None) -> dict:
     bar = None
     if job.progress:
         from tqdm import tqdm
-        bar = tqdm(total=cfg.steps, initial=step, desc="training", unit="step", dynamic_ncols=True)
+        bar = tqdm(total=cfg.steps, initial=state.step, desc="training", unit="step", dynamic_ncols=True)
     t_train0 = time.time()
     last_save = time.time()
-    ema_loss = ema_agree = None
-    n_tok_run, t_run0 = 0, time.time()
+    state.n_tok_run, state.t_run0 = 0, time.time()
     old_term = _term_as_interrupt()
     try:
-        while step < cfg.steps:
+        while state.step < cfg.steps:
             for g in opt.param_groups:
-                g["lr"] = lr_at(step, cfg)
+                g["lr"] = lr_at(state.step, cfg)
             x, valid, lmask, h = hid.batch(next(batches))
             loss, stats = dist(x, valid, lmask, h)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
             opt.step()
-            step += 1
+            state.step += 1
+            step = state.step
             lv, ag = float(loss.detach()), stats[0]["agree"]
-            ema_loss = lv if ema_loss is None else 0.95 * ema_loss + 0.05 * lv
-            ema_agree = ag if ema_agree is None else 0.95 * ema_agree + 0.05 * ag
-            n_tok_run += stats[0]["n"]
+            state.ema_loss = lv if state.ema_loss is None else 0.95 * state.ema_loss + 0.05 * lv
+            state.ema_agree = ag if state.ema_agree is None else 0.95 * state.ema_agree + 0.05 * ag
+            state.n_tok_run += stats[0]["n"]
             if step % 10 == 0 or step == cfg.steps or step <= 5:
                 rec = {"step": step, "loss": lv, "agree": ag, "lr": lr_at(step - 1, cfg), "grad_norm": float(gnorm)}
                 if n_heads > 1:
                     rec["kl_per_head"] = [st["kl"] for st in stats]
                     rec["agree_per_head"] = [st["agree"] for st in stats]
-                history["train"].append(rec)
+                state.history["train"].append(rec)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix_str(f"loss {ema_loss:.3f} top1 {ema_agree:.3f} "
-                                    f"{n_tok_run / max(time.time() - t_run0, 1e-9):.0f} tok/s")
+                bar.set_postfix_str(f"loss {state.ema_loss:.3f} top1 {state.ema_agree:.3f} "
+                                    f"{state.n_tok_run / max(time.time() - state.t_run0, 1e-9):.0f} tok/s")
             if (step % eval_every == 0 or step == cfg.steps) and len(val_idx):
-                v = evaluate(dist, hid, val_idx, eval_batch)
-                history["val"].append({"step": step, **v})
-                msg = (f"step {step}: val top-1 agreement {v['agree']:.3f} (all positions "
-                       f"{v['agree_all']:.3f}), KL {v['kl']:.3f}")
-                if n_heads > 1:
-                    msg += _heads_note(v, n_heads)
-                elif len(v["per_step"]) > 1:
-                    msg += " (chained: " + ", ".join(f"{s['agree']:.3f}" for s in v["per_step"][1:]) + ")"
-                (bar.write if bar is not None else log)(msg)
+                v = _validate(dist, hid, val_idx, eval_batch, state)
+                (bar.write if bar is not None else log)(_val_message(v, step, n_heads))
             if step % save_every == 0 or time.time() - last_save > 600:
-                save(step)
+                ckpt.save(state)
                 last_save = time.time()
     except KeyboardInterrupt:
-        save(step)
+        ckpt.save(state)
         if bar is not None:
             bar.close()
-        log(f"interrupted at step {step}; checkpoint saved to {ckpt} (continue with --resume)")
+        log(f"interrupted at step {state.step}; checkpoint saved to {ckpt.path} (continue with --resume)")
         raise
     finally:
         _restore_term(old_term)
     if bar is not None:
         bar.close()
-    save(step)
-    t_train = time.time() - t_train0
+    ckpt.save(state)
+    return time.time() - t_train0
 
-    final_val = history["val"][-1] if history["val"] else None
-    final_loss = ema_loss if ema_loss is not None else (history["train"][-1]["loss"] if history["train"] else None)
+
+def _val_message(v: dict, step: int, n_heads: int) -> str:
+    msg = (f"step {step}: val top-1 agreement {v['agree']:.3f} (all positions "
+           f"{v['agree_all']:.3f}), KL {v['kl']:.3f}")
+    if n_heads > 1:
+        msg += _heads_note(v, n_heads)
+    elif len(v["per_step"]) > 1:
+        msg += " (chained: " + ", ".join(f"{s['agree']:.3f}" for s in v["per_step"][1:]) + ")"
+    return msg
+
+
+def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val: dict | None,
+                final_loss: float | None, summary: dict) -> list[float]:
+    """Write the trained head(s) as a head-only GGUF with the run's provenance; returns each
+    head's final validation top-1 agreement."""
+    cfg, hp = job.train, base_g.hparams
     provenance = {
         "version": 1,
         "base_file": job.base.name,
@@ -558,25 +672,7 @@ def graft(job: GraftJob, log=None) -> dict:
         name = f"{hp.name or job.base.stem} MTP heads x{n_heads} (pymtp graft)"
     write_head_gguf(job.out, hp.arch, hp.n_layer, hp.n_embd, tensors, name=name, head_type=job.head_type,
                     provenance=provenance, n_heads=n_heads)
-    log(f"wrote {job.out}")
-    report = {
-        "base": {"path": str(job.base), "sha256": base_g.sha256, "hparams": hp.to_dict()},
-        "head": {"path": str(job.out), "type": job.head_type, "n_heads": n_heads,
-                 "n_params": int(sum(p.numel() for p in head.parameters()))},
-        "settings": {"train": asdict(cfg), "gen": asdict(gcfg), "corpus": [str(c) for c in job.corpus],
-                     "device": str(device), "torch": torch.__version__},
-        "data": summary,
-        "final": {"step": step, "train_loss_ema": final_loss, "val": final_val},
-        # validation top-1 agreement with the trunk of each head (heads > 1; = per_step[j]["agree"])
-        "val_top1_per_head": per_head if n_heads > 1 else None,
-        "history": history,
-        "wall_s": {"data": t_data, "hidden_cache": t_hidden, "train": t_train, "total": time.time() - t_start},
-        "train_tokens_per_s": (n_tok_run / max(time.time() - t_run0, 1e-9)) if n_tok_run else None,
-    }
-    if job.report:
-        Path(job.report).write_text(json.dumps(report, indent=2))
-        log(f"report: {job.report}")
-    return report
+    return per_head
 
 
 def _heads_note(v: dict, n_heads: int) -> str:
