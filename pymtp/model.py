@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import options
 from .chat_template import render_chat
 from .engine.loop import Completion, Generation
 from .engine.runtime import Runtime, RuntimeConfig
@@ -42,9 +43,9 @@ class Model:
     """
 
     def __init__(self, path: str | Path | None = None, *, n_ctx: int = 4096, n_batch: int = 512,
-                 n_gpu_layers: int = 0, n_threads: int | None = None, mtp: str = "auto",
-                 n_draft: int = 3, mtp_head: str | Path | None = None, heads: str = "per_layer",
-                 verbose: bool = False) -> None:
+                 n_gpu_layers: int = 0, n_threads: int | None = None, mtp: str = options.DEFAULT_MTP,
+                 n_draft: int = options.DEFAULT_N_DRAFT, mtp_head: str | Path | None = None,
+                 heads: str = options.DEFAULT_HEADS, verbose: bool = False) -> None:
         from ._native import llama as L
 
         L.set_verbose(verbose)
@@ -135,7 +136,7 @@ class Model:
     def generate(self, prompt: str | list[int], max_tokens: int = 256, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                  seed: int | None = None, stop: list[str] | str | None = None, stream: bool = False,
-                 n_draft: int | None = None, draft: str = "auto"):
+                 n_draft: int | None = None, draft: str = options.DEFAULT_DRAFT):
         """Generate a continuation of ``prompt`` (text, or token ids).
 
         stream=False returns a Completion; stream=True returns a Stream that

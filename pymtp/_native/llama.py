@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes as C
 
+from .. import options
 from ..errors import NativeLibraryError
 from .lib import load
 
@@ -24,9 +25,9 @@ p_mtp = C.c_void_p
 LLAMA_CONTEXT_TYPE_DEFAULT = 0
 LLAMA_CONTEXT_TYPE_MTP = 1
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
-MTP_MAX_DRAFT = 16
+MTP_MAX_DRAFT = options.MAX_DRAFT               # the per-position arrays of llama_mtp_stats
 
-DRAFT_MODES = {"greedy": 0, "chain": 1, "stochastic": 2, "test-accept-all": 100}
+DRAFT_MODES = options.NATIVE_DRAFT_MODES          # name -> llama_mtp_draft_mode
 
 MTP_OK = 0
 MTP_ERR_CTX_FULL = -1

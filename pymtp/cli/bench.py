@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from pymtp import options
 from pymtp.cli import common
 from pymtp.errors import InvalidArgumentError
 
@@ -42,7 +43,8 @@ def register(subparsers) -> None:
     p.add_argument("--n-drafts", default="1,2,3,4", metavar="K,K,...",
                    help="draft lengths to run with MTP on (default: 1,2,3,4)")
     p.add_argument("--modes", default=None, metavar="M,M,...",
-                   help="draft modes to compare: greedy, chain, stochastic, auto (default: the --draft value)")
+                   help=f"draft modes to compare: {', '.join((*options.DRAFT_MODES, options.DRAFT_AUTO))} "
+                        "(default: the --draft value)")
     p.add_argument("--temps", default=None, metavar="T,T,...",
                    help="temperatures to sweep, each with its own MTP-off baseline (default: the --temp value)")
     p.add_argument("--repeat-penalties", default=None, metavar="R,R,...",
@@ -54,7 +56,7 @@ def register(subparsers) -> None:
                         "is then not the model's")
     p.add_argument("--head-policies", default=None, metavar="P,P,...",
                    help="models with several MTP layers: head policies to compare side by side "
-                        "(per_layer, first, capped; a model is loaded per policy) (default: the --heads value)")
+                        f"({', '.join(options.HEAD_POLICIES)}; a model is loaded per policy) (default: the --heads value)")
     p.add_argument("--plot", metavar="FILE.png", default=None,
                    help="also draw speedup vs draft length per mode and setting (needs matplotlib)")
     p.add_argument("--no-chat", action="store_true",
@@ -71,8 +73,8 @@ def parse_drafts(text: str) -> list[int]:
         ks = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
         raise InvalidArgumentError(f"--n-drafts must be a comma-separated list of integers, got {text!r}")
-    if not ks or ks[0] < 1 or ks[-1] > common.MAX_N_DRAFT:
-        raise InvalidArgumentError(f"--n-drafts values must be in 1..{common.MAX_N_DRAFT}, got {text!r}")
+    if not ks or ks[0] < 1 or ks[-1] > options.MAX_DRAFT:
+        raise InvalidArgumentError(f"--n-drafts values must be in 1..{options.MAX_DRAFT}, got {text!r}")
     return ks
 
 
@@ -101,7 +103,7 @@ def run(args) -> int:
 
     common.validate_args(args)
     ks = parse_drafts(args.n_drafts)
-    modes = parse_choices(args.modes if args.modes is not None else args.draft, "--modes", common.DRAFT_MODES)
+    modes = parse_choices(args.modes if args.modes is not None else args.draft, "--modes", options.DRAFT_CHOICES)
     temps = (parse_floats(args.temps, "--temps", lambda t: t >= 0, ">= 0")
              if args.temps is not None else [args.temp])
     penalties = (parse_floats(args.repeat_penalties, "--repeat-penalties", lambda r: r > 0, "> 0")
@@ -109,7 +111,7 @@ def run(args) -> int:
     rates = (parse_floats(args.synthetic_rates, "--synthetic-rates", lambda a: 0 <= a <= 1, "in 0..1",
                           unique=False)
              if args.synthetic_rates is not None else None)
-    policies = (parse_choices(args.head_policies, "--head-policies", common.HEAD_POLICIES)
+    policies = (parse_choices(args.head_policies, "--head-policies", tuple(options.HEAD_POLICIES))
                 if args.head_policies is not None else [args.heads])
     if args.limit is not None and args.limit < 1:
         raise InvalidArgumentError("--limit must be >= 1")

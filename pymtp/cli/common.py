@@ -8,11 +8,8 @@ import re
 import sys
 from pathlib import Path
 
-from pymtp.engine.runtime import HEAD_POLICIES
+from pymtp import options
 from pymtp.errors import InvalidArgumentError
-
-MAX_N_DRAFT = 16
-DRAFT_MODES = ("auto", "greedy", "chain", "stochastic")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -36,30 +33,37 @@ def add_model_arg(parser: argparse.ArgumentParser) -> None:
                              "downloaded on first use)")
 
 
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
+def add_engine_args(parser: argparse.ArgumentParser, *, server: bool = False):
+    """The engine options, one group for every command that runs a model: generate, chat and
+    bench (in this process), and serve (``server=True``: they set llama-server's defaults for
+    its requests, the context is per slot, and there is no --verbose). Returns the group, for a
+    command's own extras (serve: --adaptive, --dry-run)."""
+    requests = "; requests may {} with \"{}\"" if server else ""
     g = parser.add_argument_group("engine")
-    g.add_argument("--mtp", choices=("auto", "on", "off"), default="auto",
-                   help="multi-token prediction: auto = use it when the model has MTP layers, "
-                        "on = fail if it has none, off = plain decoding (default: auto)")
+    g.add_argument("--mtp", choices=options.MTP_MODES, default=options.DEFAULT_MTP,
+                   help=f"{options.MTP_HELP} (default: {options.DEFAULT_MTP})")
     g.add_argument("--mtp-head", default=None, metavar="FILE",
                    help="head-only GGUF with the MTP layer(s) for a model that has none, e.g. made by "
-                        "`pymtp graft` (default: MODEL's <stem>.mtp.gguf when it exists)")
-    g.add_argument("--n-draft", type=int, default=3, metavar="K",
-                   help=f"tokens drafted per step by the MTP head, 0..{MAX_N_DRAFT} (default: 3)")
-    g.add_argument("--draft", choices=DRAFT_MODES, default="auto",
-                   help="how drafts are made and checked: greedy = argmax of the MTP head; chain = top "
-                        "token of your sampler chain on the MTP logits; stochastic = a draw from it, "
-                        "verified by rejection sampling (exact, keeps the speedup at --temp > 0); "
-                        "auto = stochastic when --temp > 0, else greedy/chain (default: auto)")
-    g.add_argument("--heads", choices=tuple(HEAD_POLICIES), default="per_layer",
-                   help="models with several MTP layers: per_layer = draft step i with layer i mod n (each layer predicts its own distance; --n-draft may exceed n), first = layer 0 at every step, capped = step i with layer i and at most n drafts (upstream llama.cpp) (default: per_layer)")
+                        "`pymtp graft` (default: MODEL's <stem>.mtp.gguf when it exists, or the built-in "
+                        "model's shipped head)")
+    g.add_argument("--n-draft", type=int, default=options.DEFAULT_N_DRAFT, metavar="K",
+                   help=f"{options.N_DRAFT_HELP}{requests.format('lower it', 'mtp_n_draft')} "
+                        f"(default: {options.DEFAULT_N_DRAFT})")
+    g.add_argument("--draft", choices=options.DRAFT_CHOICES, default=options.DEFAULT_DRAFT,
+                   help=f"{options.DRAFT_HELP}{requests.format('choose', 'mtp_draft')} "
+                        f"(default: {options.DEFAULT_DRAFT})")
+    g.add_argument("--heads", choices=tuple(options.HEAD_POLICIES), default=options.DEFAULT_HEADS,
+                   help=f"{options.HEADS_HELP}{requests.format('choose', 'mtp_heads')} "
+                        f"(default: {options.DEFAULT_HEADS})")
     g.add_argument("--ctx", type=int, default=4096, metavar="N",
-                   help="context window in tokens (default: 4096)")
+                   help=f"context window{' per slot' if server else ''} in tokens (default: 4096)")
     g.add_argument("--ngl", type=int, default=0, metavar="N",
                    help="layers to offload to the GPU, -1 = all (default: 0)")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="CPU threads (default: chosen by llama.cpp)")
-    g.add_argument("--verbose", action="store_true", help="show llama.cpp's log output")
+    if not server:
+        g.add_argument("--verbose", action="store_true", help="show llama.cpp's log output")
+    return g
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, *, default_n: int) -> None:
@@ -87,8 +91,8 @@ def validate_args(args: argparse.Namespace) -> None:
         if not ok:
             raise InvalidArgumentError(message)
 
-    check(0 <= args.n_draft <= MAX_N_DRAFT,
-          f"--n-draft must be in 0..{MAX_N_DRAFT} (got {args.n_draft})")
+    check(0 <= args.n_draft <= options.MAX_DRAFT,
+          f"--n-draft must be in 0..{options.MAX_DRAFT} (got {args.n_draft})")
     check(args.ctx >= 1, f"--ctx must be >= 1 (got {args.ctx})")
     check(args.threads is None or args.threads >= 1, f"--threads must be >= 1 (got {args.threads})")
     check(args.ngl >= -1, f"--ngl must be >= -1 (got {args.ngl})")
@@ -134,7 +138,7 @@ def load_model(args: argparse.Namespace):
         n_threads=args.threads,
         mtp=args.mtp,
         n_draft=args.n_draft,
-        heads=getattr(args, "heads", "per_layer"),
+        heads=getattr(args, "heads", options.DEFAULT_HEADS),
         verbose=args.verbose,
         **kwargs,
     )
@@ -154,7 +158,7 @@ def sampling_kwargs(args: argparse.Namespace) -> dict:
         repeat_penalty=args.repeat_penalty,
         seed=args.seed,
         stop=[unescape(s) for s in args.stop] if args.stop else None,
-        draft=getattr(args, "draft", "auto"),
+        draft=getattr(args, "draft", options.DEFAULT_DRAFT),
     )
 
 

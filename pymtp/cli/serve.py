@@ -6,6 +6,7 @@ import argparse
 import subprocess
 import sys
 
+from pymtp import options
 from pymtp.cli import common
 
 DESCRIPTION = """\
@@ -16,9 +17,10 @@ found (--mtp-head, MODEL's <stem>.mtp.gguf, or the head shipped with the
 built-in model) - the server starts with --mtp: every request is drafted by the
 MTP head and verified by the model, with the same output as without MTP.
 
-Requests may set "mtp_draft" (auto|greedy|chain|stochastic) and "mtp_n_draft"
-(0..16); responses carry per-request MTP statistics in timings.mtp.
-Arguments after `--` go to llama-server unchanged (see `pymtp serve -- --help`)."""
+Requests may set "mtp_draft" ({draft}) and "mtp_n_draft"
+(0..{max_draft}); responses carry per-request MTP statistics in timings.mtp.
+Arguments after `--` go to llama-server unchanged (see `pymtp serve -- --help`).""".format(
+    draft="|".join(options.DRAFT_CHOICES), max_draft=options.MAX_DRAFT)
 
 EPILOG = """\
 examples:
@@ -43,30 +45,11 @@ def register(subparsers) -> None:
                    help="requests served at once, each in its own slot (default: 1)")
     g.add_argument("--ready-timeout", type=float, default=300.0, metavar="S",
                    help="seconds to wait for the model to load (default: 300)")
-    e = p.add_argument_group("engine")
-    e.add_argument("--mtp", choices=("auto", "on", "off"), default="auto",
-                   help="auto = MTP when the model or a head has MTP layers, on = fail without, "
-                        "off = plain decoding (default: auto)")
-    e.add_argument("--mtp-head", default=None, metavar="FILE",
-                   help="head-only GGUF with the MTP layer(s), e.g. from `pymtp graft` "
-                        "(default: MODEL's <stem>.mtp.gguf, or the built-in model's shipped head)")
-    e.add_argument("--n-draft", type=int, default=3, metavar="K",
-                   help="tokens drafted per step, 0..16; requests may lower it (default: 3)")
-    e.add_argument("--draft", choices=common.DRAFT_MODES, default="auto",
-                   help="default draft mode of requests: auto = stochastic at temperature > 0, "
-                        "else greedy (default: auto)")
-    e.add_argument("--heads", choices=tuple(common.HEAD_POLICIES), default="per_layer",
-                   help="models with several MTP layers: per_layer = draft step i with layer i mod n (each layer predicts its own distance; --n-draft may exceed n), first = layer 0 at every step, capped = step i with layer i and at most n drafts (upstream llama.cpp) ; requests may choose with \"mtp_heads\" (default: per_layer)")
+    e = common.add_engine_args(p, server=True)
     e.add_argument("--adaptive", choices=("on", "off"), default="on",
                    help="on: for each number of busy slots, measure throughput with and without "
                         "drafting and draft only when it is faster (same output either way); "
                         "off: always draft (default: on)")
-    e.add_argument("--ctx", type=int, default=4096, metavar="N",
-                   help="context window per slot in tokens (default: 4096)")
-    e.add_argument("--ngl", type=int, default=0, metavar="N",
-                   help="layers to offload to the GPU, -1 = all (default: 0)")
-    e.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads (default: chosen by llama.cpp)")
     e.add_argument("--dry-run", action="store_true",
                    help="print the llama-server command line and exit")
     p.set_defaults(server_args=[])  # filled by main() from the arguments after `--`

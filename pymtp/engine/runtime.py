@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import options
 from ..errors import InvalidArgumentError, ModelFileError, ModelLoadError, MTPUnavailableError
 from .._native import llama as L
 from .._native import vocab as vocab_calls
@@ -15,11 +16,11 @@ from .._native import vocab as vocab_calls
 GGUF_MAGIC = b"GGUF"
 SIDECAR_SUFFIX = ".mtp.gguf"   # <model stem>.mtp.gguf next to a model: its MTP head, found automatically
 
-# Which MTP layer drafts each step of a model with several (llama_mtp_head_policy):
+# Which MTP layer drafts each step of a model with several (llama_mtp_head_policy; pymtp.options):
 #   per_layer: step i uses layer i mod n (each layer trained for its own distance; n_draft may exceed n)
 #   first:     layer 0 at every step, fed its own output (the other layers are not loaded into contexts)
 #   capped:    step i uses layer i and the draft stops after n tokens (upstream llama.cpp's behaviour)
-HEAD_POLICIES = {"per_layer": 0, "first": 1, "capped": 2}
+HEAD_POLICIES = options.HEAD_POLICIES
 
 
 @dataclass(frozen=True)
@@ -28,18 +29,18 @@ class RuntimeConfig:
     n_batch: int = 512
     n_gpu_layers: int = 0
     n_threads: int | None = None
-    mtp: str = "auto"          # auto | on | off
-    n_draft: int = 3           # default and maximum draft length of this model instance
+    mtp: str = options.DEFAULT_MTP          # auto | on | off (options.MTP_MODES)
+    n_draft: int = options.DEFAULT_N_DRAFT  # default and maximum draft length of this model instance
     mtp_head: str | None = None  # head-only GGUF with the MTP layer(s); None: <model stem>.mtp.gguf if present
-    heads: str = "per_layer"     # several MTP layers: per_layer | first | capped (HEAD_POLICIES)
+    heads: str = options.DEFAULT_HEADS      # several MTP layers: per_layer | first | capped (HEAD_POLICIES)
 
     def validate(self) -> None:
         if self.heads not in HEAD_POLICIES:
             raise InvalidArgumentError(f"heads must be one of {', '.join(HEAD_POLICIES)}, got {self.heads!r}")
-        if self.mtp not in ("auto", "on", "off"):
+        if self.mtp not in options.MTP_MODES:
             raise InvalidArgumentError(f"mtp must be 'auto', 'on' or 'off', got {self.mtp!r}")
-        if not 0 <= self.n_draft <= L.MTP_MAX_DRAFT:
-            raise InvalidArgumentError(f"n_draft must be in 0..{L.MTP_MAX_DRAFT}, got {self.n_draft}")
+        if not 0 <= self.n_draft <= options.MAX_DRAFT:
+            raise InvalidArgumentError(f"n_draft must be in 0..{options.MAX_DRAFT}, got {self.n_draft}")
         if self.n_ctx < 16:
             raise InvalidArgumentError(f"n_ctx must be >= 16, got {self.n_ctx}")
         if self.n_batch < 1:
@@ -290,9 +291,9 @@ class Runtime:
 
     def set_synthetic_rates(self, rates: list[float]) -> None:
         """Benchmarking only: random accept decisions at these unconditional per-position rates."""
-        if len(rates) > L.MTP_MAX_DRAFT or not all(0.0 <= r <= 1.0 for r in rates):
+        if len(rates) > options.MAX_DRAFT or not all(0.0 <= r <= 1.0 for r in rates):
             raise InvalidArgumentError(
-                f"synthetic acceptance rates must be at most {L.MTP_MAX_DRAFT} values in 0..1, got {rates}")
+                f"synthetic acceptance rates must be at most {options.MAX_DRAFT} values in 0..1, got {rates}")
         arr = (C.c_float * max(1, len(rates)))(*rates)
         if self.lib.llama_mtp_set_synthetic_rates(self.engine, arr, len(rates)) != L.MTP_OK:
             raise InvalidArgumentError(f"the engine rejected the synthetic acceptance rates {rates}")

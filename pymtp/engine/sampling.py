@@ -10,18 +10,16 @@ import random
 from dataclasses import dataclass
 
 from ..errors import InvalidArgumentError
+from ..options import DRAFT_AUTO, DRAFT_CHOICES, TEST_DRAFT_MODES
 from .._native import llama as L
-
-
-DRAFT_CHOICES = ("auto", "greedy", "chain", "stochastic")
 
 
 def resolve_draft_mode(draft: str, temperature: float, repeat_penalty: float) -> str:
     """auto: stochastic drafting + rejection sampling when sampling (T > 0); at T = 0 the
     chain-filtered draft only when penalties change the distribution, else plain greedy."""
-    if draft not in DRAFT_CHOICES and draft != "test-accept-all":
+    if draft not in DRAFT_CHOICES and draft not in TEST_DRAFT_MODES:
         raise InvalidArgumentError(f"draft must be one of {', '.join(DRAFT_CHOICES)}, got {draft!r}")
-    if draft != "auto":
+    if draft != DRAFT_AUTO:
         return draft
     if temperature > 0:
         return "stochastic"

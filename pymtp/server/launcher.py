@@ -17,12 +17,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import options
 from ..errors import InvalidArgumentError, NativeLibraryError, PymtpError
-
-MTP_MODES = ("auto", "on", "off")
-DRAFT_MODES = ("auto", "greedy", "chain", "stochastic")
-HEAD_POLICIES = ("per_layer", "first", "capped")  # llama-server --mtp-heads
-MAX_N_DRAFT = 16
 
 
 def server_binary() -> Path:
@@ -72,19 +68,21 @@ def _find_head(model: Path, mtp_head: str | Path | None) -> Path | None:
     return shipped_head_for(model)
 
 
-def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: str = "auto",
-                mtp_head: str | Path | None = None, n_draft: int = 3, draft: str = "auto",
-                ctx: int = 4096, parallel: int = 1, ngl: int = 0, threads: int | None = None,
-                adaptive: bool = True, heads: str = "per_layer", extra: list[str] | None = None) -> ServerLaunch:
-    """Build the llama-server command line for ``model``; raise InvalidArgumentError on bad input."""
-    if mtp not in MTP_MODES:
-        raise InvalidArgumentError(f"--mtp must be one of {', '.join(MTP_MODES)}, got {mtp!r}")
-    if draft not in DRAFT_MODES:
-        raise InvalidArgumentError(f"--draft must be one of {', '.join(DRAFT_MODES)}, got {draft!r}")
-    if heads not in HEAD_POLICIES:
-        raise InvalidArgumentError(f"--heads must be one of {', '.join(HEAD_POLICIES)}, got {heads!r}")
-    if not 0 <= n_draft <= MAX_N_DRAFT:
-        raise InvalidArgumentError(f"--n-draft must be in 0..{MAX_N_DRAFT} (got {n_draft})")
+def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: str = options.DEFAULT_MTP,
+                mtp_head: str | Path | None = None, n_draft: int = options.DEFAULT_N_DRAFT,
+                draft: str = options.DEFAULT_DRAFT, ctx: int = 4096, parallel: int = 1, ngl: int = 0,
+                threads: int | None = None, adaptive: bool = True, heads: str = options.DEFAULT_HEADS,
+                extra: list[str] | None = None) -> ServerLaunch:
+    """Build the llama-server command line for ``model``; raise InvalidArgumentError on bad input.
+    draft and heads become llama-server's --mtp-draft and --mtp-heads (the same names)."""
+    if mtp not in options.MTP_MODES:
+        raise InvalidArgumentError(f"--mtp must be one of {', '.join(options.MTP_MODES)}, got {mtp!r}")
+    if draft not in options.DRAFT_CHOICES:
+        raise InvalidArgumentError(f"--draft must be one of {', '.join(options.DRAFT_CHOICES)}, got {draft!r}")
+    if heads not in options.HEAD_POLICIES:
+        raise InvalidArgumentError(f"--heads must be one of {', '.join(options.HEAD_POLICIES)}, got {heads!r}")
+    if not 0 <= n_draft <= options.MAX_DRAFT:
+        raise InvalidArgumentError(f"--n-draft must be in 0..{options.MAX_DRAFT} (got {n_draft})")
     if not 0 < port < 65536:
         raise InvalidArgumentError(f"--port must be in 1..65535 (got {port})")
     if ctx < 16:
