@@ -1,0 +1,231 @@
+#pragma once
+
+// pymtp: MTP (multi-token prediction) speculative decoding, one implementation
+// used by every front-end (Python bindings through this C API, llama-server).
+//
+// A llama_mtp drives one sequence of a target context and, optionally, an MTP
+// context (LLAMA_CONTEXT_TYPE_MTP) created on the same model. The caller owns
+// the generation loop at step granularity:
+//
+//     llama_mtp_prefill(mtp, prompt, n)          // context := prompt (reuses the common prefix)
+//     while (...) {
+//         n = llama_mtp_step(mtp, smpl, k, out, cap)   // emits 1..k+1 tokens
+//     }
+//
+// Invariants (see docs/engine.md in pymtp):
+//   - the target KV holds exactly the prompt plus every emitted token but the
+//     last one (the last emitted token is decoded by the next step);
+//   - the MTP KV at position p holds (x_p, h_{p-1}), h = target nextn hidden state;
+//   - drafting never touches the target KV or the caller's sampler: the sampler
+//     only sees the tokens that are emitted, in order, exactly as without MTP.
+
+#include "llama.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLAMA_MTP_MAX_DRAFT 16
+
+enum llama_mtp_status {
+    LLAMA_MTP_OK            =  0,
+    LLAMA_MTP_ERR_CTX_FULL  = -1, // no room left in the context
+    LLAMA_MTP_ERR_DECODE    = -2, // llama_decode / llama_process failed
+    LLAMA_MTP_ERR_ARG       = -3, // invalid argument
+    LLAMA_MTP_ERR_STATE     = -4, // call out of order (e.g. step before prefill)
+};
+
+// How drafts are chosen and verified.
+enum llama_mtp_draft_mode {
+    LLAMA_MTP_DRAFT_GREEDY     = 0, // argmax of the raw MTP logits; exact-match verification (upstream)
+    LLAMA_MTP_DRAFT_CHAIN      = 1, // top of q = the request's sampler chain on the MTP logits; exact-match
+    LLAMA_MTP_DRAFT_STOCHASTIC = 2, // x ~ q; rejection sampling against p = the chain on the target logits
+    LLAMA_MTP_DRAFT_TEST_ACCEPT_ALL = 100, // BROKEN on purpose (accepts every draft): exists only so that
+                                           // the exactness tests can show they detect a wrong verifier
+};
+
+struct llama_mtp_params {
+    int32_t      n_draft;   // default max draft tokens per step, 0..LLAMA_MTP_MAX_DRAFT (0 = no drafting)
+    int32_t      n_batch;   // prefill chunk size, 0 = llama_n_batch(ctx_tgt)
+    llama_seq_id seq_id;    // the sequence driven in both contexts
+};
+
+struct llama_mtp_stats {
+    int64_t n_prompt;         // prompt tokens decoded by prefill (after prefix reuse)
+    int64_t n_reused;         // prompt tokens reused from the KV cache
+    int64_t n_generated;      // tokens emitted by llama_mtp_step
+    int64_t n_steps;          // steps that ran a target (verify) decode
+    int64_t n_drafted;        // draft tokens proposed
+    int64_t n_accepted;       // draft tokens accepted
+    int64_t n_draft_decodes;  // MTP-context decodes for drafting
+    int64_t n_catchup_decodes;// MTP-context decodes that write teacher-forced KV
+    int64_t drafted_per_pos [LLAMA_MTP_MAX_DRAFT];
+    int64_t accepted_per_pos[LLAMA_MTP_MAX_DRAFT];
+    double  t_prefill_ms;     // target + MTP decodes of the prompt
+    double  t_draft_ms;       // MTP draft decodes + draft selection
+    double  t_verify_ms;      // target decode of [last, drafts...]
+    double  t_sample_ms;      // sampling the target distribution(s)
+    double  t_catchup_ms;     // MTP KV catch-up after acceptance
+};
+
+LLAMA_API struct llama_mtp_params llama_mtp_default_params(void);
+
+// ctx_mtp may be NULL: the engine then runs plain one-token-per-step decoding
+// through the same code path. Returns NULL on invalid arguments.
+// Enables nextn embeddings on both contexts when ctx_mtp is given.
+LLAMA_API struct llama_mtp * llama_mtp_init(
+        struct llama_context * ctx_tgt,
+        struct llama_context * ctx_mtp,
+        struct llama_mtp_params params);
+
+LLAMA_API void llama_mtp_free(struct llama_mtp * mtp);
+
+// Make the context hold exactly tokens[0..n_tokens) and leave the logits of the
+// last one pending for the next llama_mtp_step. The longest prefix shared with
+// what the context already holds is kept (recurrent targets that cannot roll
+// back that far are re-decoded from scratch). Returns LLAMA_MTP_OK or an error.
+LLAMA_API int32_t llama_mtp_prefill(
+        struct llama_mtp * mtp,
+        const llama_token * tokens,
+        int32_t n_tokens);
+
+// One generation step. The first step after prefill samples one token from the
+// pending logits. Later steps draft up to n_draft tokens with the MTP head
+// (n_draft < 0: the default from params; clamped to the room left in the
+// context), verify them in one batched target decode and sample the target
+// distribution with smpl at each position: exact match (greedy/chain modes)
+// accepts drafts while they equal the sampled token; stochastic mode accepts
+// x with probability min(1, p(x)/q(x)) and otherwise draws from norm(max(0, p-q)).
+// smpl only ever accepts the emitted tokens, in order; drafting uses a clone. Writes the emitted tokens (1..n_draft+1) to out and
+// returns their number, or a negative llama_mtp_status. Stops early after an
+// end-of-generation token.
+LLAMA_API int32_t llama_mtp_step(
+        struct llama_mtp * mtp,
+        struct llama_sampler * smpl,
+        int32_t n_draft,
+        llama_token * out,
+        int32_t n_out_max);
+
+// Choose how the following steps draft and verify, and seed the engine's own RNG
+// (used by stochastic drafting and rejection sampling; the chain's RNG is left alone
+// in that mode). Chains that end in "greedy" always verify by exact match, so at
+// temperature 0 every mode gives the same tokens.
+LLAMA_API void llama_mtp_set_draft_mode(struct llama_mtp * mtp, enum llama_mtp_draft_mode mode, uint32_t seed);
+
+// Forget the sequence: both contexts drop every position of the engine's sequence and the
+// next llama_mtp_prefill starts from an empty context (no prefix reuse). For callers that
+// need a cold start, e.g. to time prompt processing, or to free the KV between conversations.
+LLAMA_API void llama_mtp_clear(struct llama_mtp * mtp);
+
+// BENCHMARKING ONLY (the output is not the model's): accept drafts at random instead of by
+// verification, with unconditional per-position acceptance rates rates[0..n) (rates[i] =
+// P(the first i+1 drafts are all accepted); past n the last ratio rates[n-1]/rates[n-2] repeats). Every
+// step still drafts with the MTP head, decodes [last, drafts] on the target and samples
+// the target at each position, so the engine's cost is that of a head with these rates.
+// A rejected position emits the target's token; drafted end-of-generation tokens are
+// never accepted. n = 0 turns it off. Returns LLAMA_MTP_ERR_ARG for rates outside [0, 1].
+LLAMA_API int32_t llama_mtp_set_synthetic_rates(struct llama_mtp * mtp, const float * rates, int32_t n);
+
+// Tokens held by the target context (the last emitted token is not among them).
+LLAMA_API int32_t llama_mtp_n_past(const struct llama_mtp * mtp);
+
+// Whether drafting is possible (an MTP context was given).
+LLAMA_API bool llama_mtp_has_draft(const struct llama_mtp * mtp);
+
+// The largest draft a step can use: LLAMA_MTP_MAX_DRAFT, or for recurrent/hybrid
+// targets the context's n_rs_seq (rollback snapshots); 0 without an MTP context.
+LLAMA_API int32_t llama_mtp_max_draft(const struct llama_mtp * mtp);
+
+LLAMA_API void llama_mtp_get_stats  (const struct llama_mtp * mtp, struct llama_mtp_stats * out);
+LLAMA_API void llama_mtp_reset_stats(struct llama_mtp * mtp);
+
+// ---- Caller-decoded targets (llama-server) ----
+// A server batches several sequences into one target decode, owns the target KV and trims
+// the MTP context's KV of each sequence together with the target's (common_memory). Instead
+// of llama_mtp_prefill/llama_mtp_step it then calls, per sequence:
+//
+//     decode the target                       (the caller: prompt chunks, [id_last, drafts])
+//     llama_mtp_ext_observe(mtp, ...)         after every target decode that held this sequence
+//     n = llama_mtp_ext_draft(mtp, ...)       before adding [id_last, drafts] to the next batch
+//     llama_mtp_ext_verify(mtp, ...)          after that batch: emits 1..n+1 tokens
+//
+// Drafting and verification are the same code as llama_mtp_step's (modes, rejection sampling,
+// synthetic rates, stats). The caller removes rejected positions from both contexts.
+
+// The target just decoded tokens toks[0..n) of this sequence at positions p0..p0+n-1, as rows
+// row0..row0+n-1 of that decode. Writes their MTP KV entries (x_p paired with h_{p-1}; entries at
+// >= p0 are replaced) and keeps their hidden states for the next draft / observe.
+LLAMA_API int32_t llama_mtp_ext_observe(struct llama_mtp * mtp, const llama_token * toks, int32_t n_tokens,
+                                        llama_pos p0, int32_t row0);
+
+// llama_mtp_ext_observe for several sequences of one target decode (engines sharing one MTP
+// context, one run per sequence), written with a single MTP decode.
+struct llama_mtp_ext_run {
+    struct llama_mtp  * mtp;
+    const llama_token * toks;
+    int32_t             n_tokens;
+    llama_pos           p0;
+    int32_t             row0;
+};
+LLAMA_API int32_t llama_mtp_ext_observe_runs(const struct llama_mtp_ext_run * runs, int32_t n_runs);
+
+// Draft up to n_draft tokens after id_last, which the caller will decode at position pos.
+// chain: the request's sampler chain (cloned, never advanced; NULL drafts greedily). Leaves the
+// MTP KV of this sequence at [0, pos). Writes the drafts to out and returns their number (>= 0).
+LLAMA_API int32_t llama_mtp_ext_draft(struct llama_mtp * mtp, struct llama_sampler * chain, llama_token id_last,
+                                      llama_pos pos, int32_t n_draft, llama_token * out);
+
+// The caller decoded [id_last, the first n_draft drafts of the last llama_mtp_ext_draft] as rows
+// row0..row0+n_draft with logits on every row. Verifies them like llama_mtp_step (chain accepts the
+// emitted tokens, in order), writes the emitted tokens (1..n_draft+1) to out and returns their number.
+LLAMA_API int32_t llama_mtp_ext_verify(struct llama_mtp * mtp, struct llama_sampler * chain, int32_t row0,
+                                       int32_t n_draft, llama_token * out, int32_t n_out_max);
+
+// Whether llama_mtp_ext_observe writes MTP KV entries at once (default true). Off, it queues them
+// (token, position, hidden row) and the next llama_mtp_ext_draft, or observe with catch-up back on,
+// writes the queue in as few MTP decodes as fit a batch: a caller that stops drafting for a while
+// (e.g. while plain decoding measures faster) pays no MTP decode per step, and the head's context
+// stays complete.
+LLAMA_API void llama_mtp_ext_set_catchup(struct llama_mtp * mtp, bool enabled);
+
+// Adds the caller-measured time of target decodes that verified drafts to the stats.
+LLAMA_API void llama_mtp_ext_add_verify_time(struct llama_mtp * mtp, double ms);
+
+// ---- Multi-head MTP (several MTP blocks: Step-3.5, MiMo-V2, HY-V3, `pymtp graft --heads N`, ...) ----
+// Head j at position p reads token x_p and head j-1's output state at p-1 (head 0: the target's
+// nextn state h_{p-1}), and predicts x_{p+1}; each head attends over its own KV. The engine keeps
+// every head's KV equal to a from-scratch pass over the accepted sequence (docs/engine.md).
+enum llama_mtp_head_policy {
+    LLAMA_MTP_HEADS_PER_LAYER = 0, // draft step i runs head i mod n_heads (n_draft may exceed n_heads)
+    LLAMA_MTP_HEADS_FIRST     = 1, // every step runs head 0, fed its own previous output
+    LLAMA_MTP_HEADS_CAPPED    = 2, // step i runs head i; the draft stops after n_heads tokens (upstream)
+};
+
+// Give the engine one MTP context per head: ctx_heads[j] runs MTP block j (the engine sets its nextn
+// layer offset to j and unmasks its nextn embeddings); ctx_heads[0] must be the ctx_mtp of
+// llama_mtp_init, and all must be MTP contexts on models with >= n_heads MTP blocks. One context per
+// head keeps each head's compute graph (no rebuild when drafting switches heads). n_heads = 1 returns
+// to single-head drafting. Drops the engine's sequence (as llama_mtp_clear). Returns LLAMA_MTP_OK or
+// LLAMA_MTP_ERR_ARG.
+LLAMA_API int32_t llama_mtp_set_heads(struct llama_mtp * mtp, struct llama_context ** ctx_heads, int32_t n_heads);
+
+// Which head drafts each step (default per_layer). May change at any time: all heads stay consistent.
+LLAMA_API void llama_mtp_set_head_policy(struct llama_mtp * mtp, enum llama_mtp_head_policy policy);
+
+// Number of heads the engine drafts with (1 without llama_mtp_set_heads; 0 without an MTP context).
+LLAMA_API int32_t llama_mtp_n_heads(const struct llama_mtp * mtp);
+
+// Inspection: the greedy draft of k tokens (k <= LLAMA_MTP_MAX_DRAFT) that would follow id_last at
+// position llama_mtp_n_past, from the current state, and the raw MTP logits of each step
+// (logits: NULL or k * n_vocab floats). id_last = LLAMA_TOKEN_NULL: the engine's own pending token.
+// Leaves the engine's state and stats as they were. Returns the number of drafted tokens or an error.
+LLAMA_API int32_t llama_mtp_peek_draft(struct llama_mtp * mtp, llama_token id_last, int32_t k,
+                                       llama_token * out, float * logits);
+
+// ABI check for bindings: sizeof of the public structs they mirror.
+// which: 0 llama_mtp_params, 1 llama_mtp_stats, 2 llama_model_params, 3 llama_context_params
+LLAMA_API size_t llama_mtp_abi_sizeof(int32_t which);
+
+#ifdef __cplusplus
+}
+#endif
