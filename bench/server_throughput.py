@@ -32,7 +32,6 @@ from pymtp.bench.prompts import load_prompts
 from pymtp.server import free_port, plan_launch, stop_server, wait_until_ready
 
 
-
 class Server:
     def __init__(self, model: Path, mtp: str, parallel: int, args, log_dir: Path) -> None:
         launch = plan_launch(model, port=free_port(), mtp=mtp, n_draft=args.n_draft, ctx=args.ctx,

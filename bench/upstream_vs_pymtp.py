@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,7 +55,8 @@ def build_upstream(backend: str, jobs: int) -> Path:
         shutil.rmtree(src, ignore_errors=True)
         vendor.extract_tree(vendor.fetch_sdist(), src)
     args = ["cmake", "-S", str(src), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_TESTS=OFF",
-            "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF",
+            "-DLLAMA_USE_PREBUILT_UI=OFF",
             "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF"]
     if backend == "cuda":
         args += ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=" + os.environ.get("CUDA_ARCH", "90")]

@@ -1,12 +1,19 @@
 """pymtp: multi-token-prediction speculative decoding for GGUF models.
 
-Layers: native (patched llama.cpp, patches/) -> bindings (pymtp._native)
+Layers: native (native/ + patches/ over llama.cpp) -> bindings (pymtp._native)
 -> engine (pymtp.engine: runtime, sampling, loop, stats) -> surfaces
 (pymtp.Model, the ``pymtp`` CLI, the bundled llama-server).
 """
 
-from .errors import (ContextOverflowError, InvalidArgumentError, ModelFileError, ModelLoadError,
-                     MTPUnavailableError, NativeLibraryError, PymtpError)
+from .errors import (
+    ContextOverflowError,
+    InvalidArgumentError,
+    ModelFileError,
+    ModelLoadError,
+    MTPUnavailableError,
+    NativeLibraryError,
+    PymtpError,
+)
 from .model import Completion, Model, Stats, Stream
 
 __version__ = "0.1.0"

@@ -41,9 +41,14 @@ from typing import Iterator
 import gguf
 import numpy as np
 
-from pymtp.chat_template import CHATML_TEMPLATE
-from pymtp_devtools.tiny_models import (TRUNK_OUT_SCALE, _NORMAL_TOKEN_TYPE, _tname, _tokenizer_kv,
-                                        _write_tokenizer, resolve_llama_cpp_dir)
+from pymtp_devtools.tiny_models import (
+    _NORMAL_TOKEN_TYPE,
+    TRUNK_OUT_SCALE,
+    _tname,
+    _tokenizer_kv,
+    _write_tokenizer,
+    resolve_llama_cpp_dir,
+)
 
 Q = gguf.GGMLQuantizationType
 T = gguf.MODEL_TENSOR

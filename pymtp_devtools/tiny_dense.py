@@ -40,10 +40,21 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from pymtp_devtools.tiny_models import (DEFAULT_VOCAB, LM_HEAD_NOISE, MTP_HIDDEN_MIX, MTP_OUT_SCALE,
-                                        RANDOM_STD, TRUNK_OUT_SCALE, _lm_head, _storage_dtype,
-                                        _tname, _token_types, _tokenizer_kv, _Weights,
-                                        _write_tokenizer, vocab_path)
+from pymtp_devtools.tiny_models import (
+    DEFAULT_VOCAB,
+    MTP_HIDDEN_MIX,
+    MTP_OUT_SCALE,
+    RANDOM_STD,
+    TRUNK_OUT_SCALE,
+    _lm_head,
+    _storage_dtype,
+    _tname,
+    _token_types,
+    _tokenizer_kv,
+    _Weights,
+    _write_tokenizer,
+    vocab_path,
+)
 
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 HEADS = ("planted", "random")

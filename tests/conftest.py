@@ -23,8 +23,8 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.append(_ROOT)
 
-from pymtp_devtools.tiny_models import make_tiny_model
-from gpu import NGL
+from gpu import NGL  # noqa: E402
+from pymtp_devtools.tiny_models import make_tiny_model  # noqa: E402
 
 # one single-head MoE arch, one hybrid recurrent arch, one multi-head arch
 ENGINE_ARCHS = ("glm4moe", "qwen35", "step35")

@@ -17,9 +17,9 @@ import shutil
 import pytest
 
 import pymtp
-from pymtp_devtools import tiny_dense as td
-from pymtp.errors import ModelFileError, ModelLoadError
 from gpu import NGL
+from pymtp.errors import ModelFileError, ModelLoadError
+from pymtp_devtools import tiny_dense as td
 
 PROMPTS = [
     "The quick brown fox", "Once upon a time", "def fibonacci(n):", "In 1905, Albert Einstein",

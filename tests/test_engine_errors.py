@@ -8,8 +8,7 @@ import os
 import pytest
 
 import pymtp
-from pymtp.errors import (ContextOverflowError, InvalidArgumentError, ModelFileError,
-                          MTPUnavailableError)
+from pymtp.errors import ContextOverflowError, InvalidArgumentError, ModelFileError, MTPUnavailableError
 
 
 def test_missing_file(tmp_path):

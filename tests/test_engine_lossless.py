@@ -86,7 +86,8 @@ def test_fresh_context_matches_reused_context(arch, tiny_model_path, model_pair)
     a = on.generate(PROMPTS[0], max_tokens=MAX_TOKENS, n_draft=5)
     follow = a.prompt_tokens + a.tokens + on.tokenize(" again", add_special=False)
     reused = on.generate(follow, max_tokens=MAX_TOKENS, n_draft=5)
-    with pymtp.Model(tiny_model_path(arch), n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="on", n_draft=5) as fresh:
+    with pymtp.Model(tiny_model_path(arch), n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="on",
+                     n_draft=5) as fresh:
         assert fresh.generate(follow, max_tokens=MAX_TOKENS, n_draft=5).tokens == reused.tokens
 
 

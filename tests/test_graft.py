@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import sys
 
+import gguf
 import numpy as np
 import pytest
-
-import torch  # noqa: E402  (the test extra installs it: a missing torch must fail, not skip)
-import gguf  # noqa: E402
+import torch  # noqa: F401  (the test extra installs it: a missing torch must fail, not skip)
 
 from pymtp.chat_template import CHATML_TEMPLATE  # noqa: E402
 from pymtp.cli.main import main  # noqa: E402
@@ -214,8 +213,8 @@ def test_head_gguf_contract(grafted):
 
 
 def test_merge_head(grafted, tiny_llama, tmp_path):
-    from pymtp.graft.writer import merge_head
     from pymtp.gguf_meta import read_info
+    from pymtp.graft.writer import merge_head
 
     head, _, _ = grafted
     merged = merge_head(tiny_llama, head, tmp_path / "merged.gguf")
@@ -416,8 +415,8 @@ def test_llama_cpp_runs_each_grafted_head_like_torch(grafted_heads, tiny_llama):
 
 
 def test_heads_merge_and_generate(grafted_heads, tiny_llama, tmp_path):
-    from pymtp.graft.writer import merge_head
     from pymtp.gguf_meta import read_info
+    from pymtp.graft.writer import merge_head
 
     head, _ = grafted_heads
     assert read_info(head).n_mtp_layers == N_HEADS
@@ -459,6 +458,7 @@ def test_grafted_heads_engine_lossless_and_caches_exact(grafted_heads, tiny_llam
     """The engine on a grafted 3-head sidecar (dense llama): every policy keeps the text, and after
     random accept/reject patterns each head's cache equals a fresh replay of the accepted tokens."""
     import numpy as np
+
     import pymtp
     from test_multihead import fresh_peek
 

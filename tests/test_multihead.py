@@ -10,13 +10,11 @@ engine that prefills the accepted sequence, after generations with random accept
 
 from __future__ import annotations
 
-import ctypes as C
-
 import numpy as np
 import pytest
 
 from gpu import NGL
-from test_exactness import N_SAMPLES, PROMPT, chain_kw, homogeneity_p, sample_joint
+from test_exactness import N_SAMPLES, chain_kw, homogeneity_p, sample_joint
 
 MULTI_ARCHS = ("step35", "glm4moe", "qwen35")   # step35: upstream's multi-head arch; the others: lifted limit
 POLICIES = ("per_layer", "first", "capped")

@@ -22,9 +22,9 @@ import pytest
 
 openai = pytest.importorskip("openai")
 
-from gpu import NGL
-from pymtp_devtools.tiny_dense import make_tiny_dense_split
-from pymtp.server import free_port, plan_launch, stop_server, wait_until_ready
+from gpu import NGL  # noqa: E402
+from pymtp.server import free_port, plan_launch, stop_server, wait_until_ready  # noqa: E402
+from pymtp_devtools.tiny_dense import make_tiny_dense_split  # noqa: E402
 
 PROMPTS = ["Hello world", "The capital of France is", "1, 2, 3, 4,", "Once upon a time there"]
 CHAT = [[{"role": "user", "content": "Say something."}],
@@ -211,7 +211,8 @@ def test_metrics_count_mtp_work(servers):
     assert values["llamacpp:mtp_requests_total"] >= 2
     assert values["llamacpp:mtp_draft_seconds_total"] > 0 and values["llamacpp:mtp_verify_seconds_total"] > 0
     assert values["llamacpp:spec_decode_num_draft_tokens_total"] > 0
-    assert 0 < values["llamacpp:spec_decode_num_accepted_tokens_total"] <= values["llamacpp:spec_decode_num_draft_tokens_total"]
+    drafted = values["llamacpp:spec_decode_num_draft_tokens_total"]
+    assert 0 < values["llamacpp:spec_decode_num_accepted_tokens_total"] <= drafted
 
 
 @pytest.mark.parametrize("mode", ["greedy", "chain", "stochastic"])
@@ -294,7 +295,7 @@ def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
             assert completion_text(on, p, stream=False)[0] == completion_text(off, p, stream=False)[0]
     log = on.log.read_text(errors="replace")
     assert "-> plain decoding" in log, log[-2000:]
-    assert " E " not in log.replace("E srv", ""), [l for l in log.splitlines() if " E " in l][:5]
+    assert " E " not in log.replace("E srv", ""), [ln for ln in log.splitlines() if " E " in ln][:5]
     assert on.healthy()
 
 
@@ -315,7 +316,8 @@ def test_bad_requests_get_4xx_and_the_server_survives(servers):
     long_prompt = "hello " * (CTX * 2)
     code, r = s.post("/completion", {"prompt": long_prompt, "n_predict": 4})
     assert 400 <= code < 500 and r["error"]["message"]
-    assert completion_text(s, PROMPTS[0], stream=False)[0] == completion_text(servers("glm4moe", "off"), PROMPTS[0], stream=False)[0]
+    text_on = completion_text(s, PROMPTS[0], stream=False)[0]
+    assert text_on == completion_text(servers("glm4moe", "off"), PROMPTS[0], stream=False)[0]
 
 
 def test_client_disconnect_mid_stream_does_not_hurt_the_next_request(servers):

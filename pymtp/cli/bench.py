@@ -56,7 +56,8 @@ def register(subparsers) -> None:
                         "is then not the model's")
     p.add_argument("--head-policies", default=None, metavar="P,P,...",
                    help="models with several MTP layers: head policies to compare side by side "
-                        f"({', '.join(options.HEAD_POLICIES)}; a model is loaded per policy) (default: the --heads value)")
+                        f"({', '.join(options.HEAD_POLICIES)}; a model is loaded per policy) "
+                        "(default: the --heads value)")
     p.add_argument("--plot", metavar="FILE.png", default=None,
                    help="also draw speedup vs draft length per mode and setting (needs matplotlib)")
     p.add_argument("--no-chat", action="store_true",
@@ -169,7 +170,8 @@ def run(args) -> int:
             print(f"greedy outputs identical across configurations (rp={rp:g}): {'yes' if same else 'NO'}")
     meta = {"model": str(model_path), "mtp_head": str(head_path) if head_path else None,
             "prompts": args.prompts, "n_prompts": len(prompts), "max_tokens": args.n,
-            "n_drafts": ks, "modes": modes, "head_policies": policies, "temperatures": temps, "repeat_penalties": penalties,
+            "n_drafts": ks, "modes": modes, "head_policies": policies, "temperatures": temps,
+            "repeat_penalties": penalties,
             "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p, "seed": seed,
             "threads": args.threads, "n_gpu_layers": args.ngl, "synthetic_rates": rates}
     if args.json:

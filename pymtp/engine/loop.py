@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..errors import ContextOverflowError, PymtpError
 from .._native import llama as L
+from ..errors import ContextOverflowError, PymtpError
 from .runtime import Runtime
 from .sampling import SamplerChain, SamplingParams
 from .stats import Stats

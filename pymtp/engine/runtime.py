@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import options
-from ..errors import InvalidArgumentError, ModelFileError, ModelLoadError, MTPUnavailableError
 from .._native import llama as L
 from .._native import vocab as vocab_calls
+from ..errors import InvalidArgumentError, ModelFileError, ModelLoadError, MTPUnavailableError
 
 GGUF_MAGIC = b"GGUF"
 SIDECAR_SUFFIX = ".mtp.gguf"   # <model stem>.mtp.gguf next to a model: its MTP head, found automatically

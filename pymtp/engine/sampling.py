@@ -9,9 +9,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .._native import llama as L
 from ..errors import InvalidArgumentError
 from ..options import DRAFT_AUTO, DRAFT_CHOICES, TEST_DRAFT_MODES
-from .._native import llama as L
 
 
 def resolve_draft_mode(draft: str, temperature: float, repeat_penalty: float) -> str:

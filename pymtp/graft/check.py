@@ -70,6 +70,7 @@ def compare_trunk(path, prompts=DEFAULT_PROMPTS, n_threads: int | None = None, s
     import torch
 
     import pymtp
+
     from .gguf_weights import load_base
     from .torch_model import BaseModel
 
@@ -122,6 +123,7 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
     import pymtp
     from pymtp._native import model_calls as mc
     from pymtp._native import vocab as vocab_calls
+
     from .gguf_weights import load_base
     from .torch_model import BaseModel, MTPHead, rope_tables
 

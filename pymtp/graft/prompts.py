@@ -85,7 +85,8 @@ CODE_TASKS = (
     "checks whether parentheses in a string are balanced", "converts a decimal number to binary",
     "finds the intersection of two arrays", "capitalizes the first letter of every word",
     "implements a simple LRU cache", "computes the average of a list, ignoring missing values",
-    "rotates a matrix by 90 degrees", "counts the vowels in a string", "finds the longest common prefix of a list of strings",
+    "rotates a matrix by 90 degrees", "counts the vowels in a string",
+    "finds the longest common prefix of a list of strings",
     "implements depth-first search on a graph",
 )
 
