@@ -12,7 +12,7 @@
 //         n = llama_mtp_step(mtp, smpl, k, out, cap)   // emits 1..k+1 tokens
 //     }
 //
-// Invariants (see docs/engine.md in pymtp):
+// Invariants (see docs/engine.md; the code is in native/engine/, by concern):
 //   - the target KV holds exactly the prompt plus every emitted token but the
 //     last one (the last emitted token is decoded by the next step);
 //   - the MTP KV at position p holds (x_p, h_{p-1}), h = target nextn hidden state;
@@ -40,8 +40,6 @@ enum llama_mtp_draft_mode {
     LLAMA_MTP_DRAFT_GREEDY     = 0, // argmax of the raw MTP logits; exact-match verification (upstream)
     LLAMA_MTP_DRAFT_CHAIN      = 1, // top of q = the request's sampler chain on the MTP logits; exact-match
     LLAMA_MTP_DRAFT_STOCHASTIC = 2, // x ~ q; rejection sampling against p = the chain on the target logits
-    LLAMA_MTP_DRAFT_TEST_ACCEPT_ALL = 100, // BROKEN on purpose (accepts every draft): exists only so that
-                                           // the exactness tests can show they detect a wrong verifier
 };
 
 struct llama_mtp_params {
@@ -117,15 +115,6 @@ LLAMA_API void llama_mtp_set_draft_mode(struct llama_mtp * mtp, enum llama_mtp_d
 // need a cold start, e.g. to time prompt processing, or to free the KV between conversations.
 LLAMA_API void llama_mtp_clear(struct llama_mtp * mtp);
 
-// BENCHMARKING ONLY (the output is not the model's): accept drafts at random instead of by
-// verification, with unconditional per-position acceptance rates rates[0..n) (rates[i] =
-// P(the first i+1 drafts are all accepted); past n the last ratio rates[n-1]/rates[n-2] repeats). Every
-// step still drafts with the MTP head, decodes [last, drafts] on the target and samples
-// the target at each position, so the engine's cost is that of a head with these rates.
-// A rejected position emits the target's token; drafted end-of-generation tokens are
-// never accepted. n = 0 turns it off. Returns LLAMA_MTP_ERR_ARG for rates outside [0, 1].
-LLAMA_API int32_t llama_mtp_set_synthetic_rates(struct llama_mtp * mtp, const float * rates, int32_t n);
-
 // Tokens held by the target context (the last emitted token is not among them).
 LLAMA_API int32_t llama_mtp_n_past(const struct llama_mtp * mtp);
 
@@ -145,9 +134,9 @@ LLAMA_API void llama_mtp_reset_stats(struct llama_mtp * mtp);
 // of llama_mtp_prefill/llama_mtp_step it then calls, per sequence:
 //
 //     decode the target                       (the caller: prompt chunks, [id_last, drafts])
-//     llama_mtp_ext_observe(mtp, ...)         after every target decode that held this sequence
-//     n = llama_mtp_ext_draft(mtp, ...)       before adding [id_last, drafts] to the next batch
-//     llama_mtp_ext_verify(mtp, ...)          after that batch: emits 1..n+1 tokens
+//     llama_mtp_observe(mtp, ...)         after every target decode that held this sequence
+//     n = llama_mtp_draft(mtp, ...)       before adding [id_last, drafts] to the next batch
+//     llama_mtp_verify(mtp, ...)          after that batch: emits 1..n+1 tokens
 //
 // Drafting and verification are the same code as llama_mtp_step's (modes, rejection sampling,
 // synthetic rates, stats). The caller removes rejected positions from both contexts.
@@ -155,41 +144,41 @@ LLAMA_API void llama_mtp_reset_stats(struct llama_mtp * mtp);
 // The target just decoded tokens toks[0..n) of this sequence at positions p0..p0+n-1, as rows
 // row0..row0+n-1 of that decode. Writes their MTP KV entries (x_p paired with h_{p-1}; entries at
 // >= p0 are replaced) and keeps their hidden states for the next draft / observe.
-LLAMA_API int32_t llama_mtp_ext_observe(struct llama_mtp * mtp, const llama_token * toks, int32_t n_tokens,
+LLAMA_API int32_t llama_mtp_observe(struct llama_mtp * mtp, const llama_token * toks, int32_t n_tokens,
                                         llama_pos p0, int32_t row0);
 
-// llama_mtp_ext_observe for several sequences of one target decode (engines sharing one MTP
+// llama_mtp_observe for several sequences of one target decode (engines sharing one MTP
 // context, one run per sequence), written with a single MTP decode.
-struct llama_mtp_ext_run {
+struct llama_mtp_run {
     struct llama_mtp  * mtp;
     const llama_token * toks;
     int32_t             n_tokens;
     llama_pos           p0;
     int32_t             row0;
 };
-LLAMA_API int32_t llama_mtp_ext_observe_runs(const struct llama_mtp_ext_run * runs, int32_t n_runs);
+LLAMA_API int32_t llama_mtp_observe_runs(const struct llama_mtp_run * runs, int32_t n_runs);
 
 // Draft up to n_draft tokens after id_last, which the caller will decode at position pos.
 // chain: the request's sampler chain (cloned, never advanced; NULL drafts greedily). Leaves the
 // MTP KV of this sequence at [0, pos). Writes the drafts to out and returns their number (>= 0).
-LLAMA_API int32_t llama_mtp_ext_draft(struct llama_mtp * mtp, struct llama_sampler * chain, llama_token id_last,
+LLAMA_API int32_t llama_mtp_draft(struct llama_mtp * mtp, struct llama_sampler * chain, llama_token id_last,
                                       llama_pos pos, int32_t n_draft, llama_token * out);
 
-// The caller decoded [id_last, the first n_draft drafts of the last llama_mtp_ext_draft] as rows
+// The caller decoded [id_last, the first n_draft drafts of the last llama_mtp_draft] as rows
 // row0..row0+n_draft with logits on every row. Verifies them like llama_mtp_step (chain accepts the
 // emitted tokens, in order), writes the emitted tokens (1..n_draft+1) to out and returns their number.
-LLAMA_API int32_t llama_mtp_ext_verify(struct llama_mtp * mtp, struct llama_sampler * chain, int32_t row0,
+LLAMA_API int32_t llama_mtp_verify(struct llama_mtp * mtp, struct llama_sampler * chain, int32_t row0,
                                        int32_t n_draft, llama_token * out, int32_t n_out_max);
 
-// Whether llama_mtp_ext_observe writes MTP KV entries at once (default true). Off, it queues them
-// (token, position, hidden row) and the next llama_mtp_ext_draft, or observe with catch-up back on,
+// Whether llama_mtp_observe writes MTP KV entries at once (default true). Off, it queues them
+// (token, position, hidden row) and the next llama_mtp_draft, or observe with catch-up back on,
 // writes the queue in as few MTP decodes as fit a batch: a caller that stops drafting for a while
 // (e.g. while plain decoding measures faster) pays no MTP decode per step, and the head's context
 // stays complete.
-LLAMA_API void llama_mtp_ext_set_catchup(struct llama_mtp * mtp, bool enabled);
+LLAMA_API void llama_mtp_set_catchup(struct llama_mtp * mtp, bool enabled);
 
 // Adds the caller-measured time of target decodes that verified drafts to the stats.
-LLAMA_API void llama_mtp_ext_add_verify_time(struct llama_mtp * mtp, double ms);
+LLAMA_API void llama_mtp_add_verify_time(struct llama_mtp * mtp, double ms);
 
 // ---- Multi-head MTP (several MTP blocks: Step-3.5, MiMo-V2, HY-V3, `pymtp graft --heads N`, ...) ----
 // Head j at position p reads token x_p and head j-1's output state at p-1 (head 0: the target's

@@ -1,6 +1,6 @@
-// pymtp: distributions of a llama_sampler chain (see llama-mtp-dist.h).
+// pymtp: distributions of a llama_sampler chain (see mtp-dist.h).
 
-#include "llama-mtp-dist.h"
+#include "mtp-dist.h"
 
 #include <algorithm>
 #include <cmath>

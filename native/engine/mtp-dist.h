@@ -1,7 +1,7 @@
 #pragma once
 
 // pymtp: distributions of a llama_sampler chain, for MTP drafting and
-// rejection-sampling verification (see llama-mtp.cpp).
+// rejection-sampling verification (see mtp-draft.cpp, mtp-verify.cpp).
 
 #include "llama.h"
 

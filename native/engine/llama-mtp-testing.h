@@ -1,0 +1,27 @@
+#pragma once
+
+// pymtp: hooks of the MTP engine for tests and benchmarks only. Not part of the public API in
+// llama-mtp.h: the output with either hook on is NOT the model's. The symbols are exported from
+// libllama so that pymtp's own test suite and `pymtp bench --synthetic-rates` reach them.
+
+#include "llama-mtp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// A draft mode that accepts every stochastic draft: BROKEN on purpose, so that the exactness tests can
+// show they detect a wrong verifier. Pass it to llama_mtp_set_draft_mode.
+#define LLAMA_MTP_DRAFT_TEST_ACCEPT_ALL ((enum llama_mtp_draft_mode) 100)
+
+// BENCHMARKING ONLY: accept drafts at random instead of by verification, with unconditional
+// per-position acceptance rates rates[0..n) (rates[i] = P(the first i+1 drafts are all accepted); past
+// n the last ratio rates[n-1]/rates[n-2] repeats). Every step still drafts with the MTP head, decodes
+// [last, drafts] on the target and samples the target at each position, so the engine's cost is that
+// of a head with these rates. A rejected position emits the target's token; drafted end-of-generation
+// tokens are never accepted. n = 0 turns it off. Returns LLAMA_MTP_ERR_ARG for rates outside [0, 1].
+LLAMA_API int32_t llama_mtp_set_synthetic_rates(struct llama_mtp * mtp, const float * rates, int32_t n);
+
+#ifdef __cplusplus
+}
+#endif

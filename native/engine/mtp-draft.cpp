@@ -1,0 +1,197 @@
+// pymtp: drafting. The MTP head(s) propose up to k tokens after tok0, autoregressively, each step
+// fed the head's own output state. greedy: the argmax of the raw MTP logits (on the backend when it
+// can be); chain / stochastic: q = the request's sampler chain (a clone, advanced along the draft
+// path only) on the MTP logits, then its top (chain) or a draw from it (stochastic). Drafting never
+// touches the target context or the caller's sampler.
+
+#include "mtp-engine.h"
+
+#include <algorithm>
+
+namespace {
+
+llama_token argmax(const float * logits, int32_t n_vocab) {
+    return (llama_token) (std::max_element(logits, logits + n_vocab) - logits);
+}
+
+} // namespace
+
+// tok0 at position p0, fed hidden state h0 (= h_{p0-1}). keep_first: keep the MTP KV entry of p0
+// (it is the teacher-forced one); otherwise the MTP KV is left at [0, p0) (caller-decoded targets
+// re-write p0 when the target decodes it). smpl == nullptr drafts greedily whatever the mode.
+int32_t llama_mtp::draft_at(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * smpl,
+                            bool keep_first) {
+    drafts.clear();
+    q.clear();
+    if (k <= 0) {
+        return LLAMA_MTP_OK;
+    }
+    const auto      t0   = mtp::clock_type::now();
+    llama_sampler * path = draft_path(smpl);
+    const int32_t   rc   = multi() ? draft_multi(p0, tok0, h0, k, path) : draft_single(p0, tok0, h0, k, path, keep_first);
+    if (path) {
+        llama_sampler_free(path);
+    }
+    stats.t_draft_ms += mtp::ms_since(t0);
+    return rc;
+}
+
+int32_t llama_mtp::draft_single(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path,
+                                bool keep_first) {
+    llama_token tok = tok0;
+    h_draft.assign(h0, h0 + n_embd);
+    int32_t rc = LLAMA_MTP_OK;
+    for (int32_t i = 0; i < k; ++i) {
+        llama_batch_ext_clear(batch_mtp);
+        if (!mtp::batch_add(batch_mtp, params.seq_id, tok, p0 + i, h_draft.data(), n_embd, true)) {
+            rc = LLAMA_MTP_ERR_ARG;
+            break;
+        }
+        if (llama_process(ctx_mtp, LLAMA_PROCESS_TYPE_DECODE, batch_mtp) != 0) {
+            rc = LLAMA_MTP_ERR_DECODE;
+            break;
+        }
+        stats.n_draft_decodes++;
+
+        tok = choose_draft(path, ctx_mtp, 0, i);
+        if (tok == LLAMA_TOKEN_NULL) {
+            break; // the chain left no candidate
+        }
+        drafts.push_back(tok);
+        if (llama_vocab_is_eog(vocab, tok)) {
+            break; // nothing worth drafting after the end
+        }
+        const float * h = llama_get_embeddings_nextn_ith(ctx_mtp, 0);
+        std::memcpy(h_draft.data(), h, sizeof(float) * n_embd);
+    }
+    truncate_mtp_to(keep_first ? p0 + 1 : p0);
+    return rc;
+}
+
+// Step i runs head j = head_of_step(i) on the rows it has not seen this round, positions from p0 (or
+// just after its rows of an earlier step) to p0 + i: the row at p0 is (tok0, head j-1's exact state at
+// p0-1; head 0: h0), a row at p > p0 is (the draft token at p, the state of head feeder_of(j) at p-1
+// from this round). So each head's context holds the same entries as in a teacher-forced pass over
+// [accepted, drafts], and one decode per step suffices. The draft token of step i is the argmax /
+// chain pick of head j's logits at p0 + i. Afterwards every head drops this round's rows: the MTP KVs
+// end at p0 (the catch-up writes p0 exactly).
+int32_t llama_mtp::draft_multi(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path) {
+    const int32_t nh = (int32_t) heads.size();
+    if (policy == LLAMA_MTP_HEADS_CAPPED) {
+        k = std::min(k, nh);
+    }
+    std::fill(round_n.begin(), round_n.end(), 0);
+    int32_t rc = LLAMA_MTP_OK;
+    for (int32_t i = 0; i < k; ++i) {
+        const int32_t     j      = head_of_step(i);
+        const int32_t     feeder = feeder_of(j);
+        llama_batch_ext * b      = head_batch[j];
+        llama_batch_ext_clear(b);
+        const llama_pos start  = p0 + round_n[j];
+        int32_t         n_rows = 0;
+        for (llama_pos pos = start; pos <= p0 + i; ++pos, ++n_rows) {
+            const llama_token tok = pos == p0 ? tok0 : drafts[pos - p0 - 1];
+            const float *     h;
+            if (pos == p0) {
+                h = j == 0 ? h0 : ring[j - 1].get(p0 - 1);
+            } else {
+                GGML_ASSERT(round_n[feeder] > pos - 1 - p0);
+                h = round_h[feeder].data() + (size_t) (pos - 1 - p0) * n_embd;
+            }
+            if (!mtp::batch_add(b, params.seq_id, tok, pos, h ? h : zeros.data(), n_embd, pos == p0 + i)) {
+                rc = LLAMA_MTP_ERR_ARG;
+                break;
+            }
+        }
+        if (rc != LLAMA_MTP_OK) {
+            break;
+        }
+        if (llama_process(heads[j], LLAMA_PROCESS_TYPE_DECODE, b) != 0) {
+            rc = LLAMA_MTP_ERR_DECODE;
+            break;
+        }
+        stats.n_draft_decodes++;
+        for (int32_t r = 0; r < n_rows; ++r) {
+            std::memcpy(round_h[j].data() + (size_t) (start - p0 + r) * n_embd,
+                        llama_get_embeddings_nextn_ith(heads[j], r), sizeof(float) * n_embd);
+        }
+        round_n[j] = i + 1;
+
+        const llama_token tok = choose_draft(path, heads[j], n_rows - 1, i);
+        if (tok == LLAMA_TOKEN_NULL) {
+            break; // the chain left no candidate
+        }
+        drafts.push_back(tok);
+        if (llama_vocab_is_eog(vocab, tok)) {
+            break;
+        }
+    }
+    truncate_mtp_to(p0);
+    return rc;
+}
+
+// Greedy drafts need only the argmax of the MTP logits: a backend sampler (greedy) on the MTP contexts
+// computes it where the logits are (the GPU) and copies one token back instead of a vocabulary of
+// logits. Attached while drafting greedily; detached when a draft needs the logits (chain/stochastic
+// modes take the request's chain on them, peeks return them). One chain per context (a chain is set up
+// for one context's backend, once).
+void llama_mtp::set_backend_greedy(bool on) {
+    if (on == backend_greedy_on || ctx_mtp == nullptr) {
+        return;
+    }
+    std::vector<llama_context *> ctxs = multi() ? heads : std::vector<llama_context *>{ ctx_mtp };
+    if (!on) {
+        for (llama_context * c : ctxs) {
+            llama_set_sampler(c, params.seq_id, nullptr);
+        }
+        for (llama_sampler * s : backend_samplers) {
+            llama_sampler_free(s);
+        }
+        backend_samplers.clear();
+        backend_greedy_on = false;
+        return;
+    }
+    bool ok = true;
+    for (llama_context * c : ctxs) {
+        llama_sampler * s = llama_sampler_chain_init(llama_sampler_chain_default_params());
+        llama_sampler_chain_add(s, llama_sampler_init_greedy());
+        backend_samplers.push_back(s);
+        ok = llama_set_sampler(c, params.seq_id, s) && ok;
+    }
+    backend_greedy_on = true;
+    if (!ok) { // not offloadable here (e.g. a tensor-split model): the host argmax
+        set_backend_greedy(false);
+        backend_greedy_off = true;
+    }
+}
+
+// The sampler a draft follows: nullptr for greedy drafts (then the backend argmax is attached), else a
+// clone of the request's chain, advanced along the draft path only. The caller frees it.
+llama_sampler * llama_mtp::draft_path(llama_sampler * smpl) {
+    llama_sampler * path = mode == LLAMA_MTP_DRAFT_GREEDY || smpl == nullptr ? nullptr : llama_sampler_clone(smpl);
+    set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off);
+    return path;
+}
+
+// Draft step i's token from output row `row` of ctx: the argmax (on the backend when attached), or with
+// a chain, q = the chain on the MTP logits and its top (chain) or a draw (stochastic); LLAMA_TOKEN_NULL
+// when the chain leaves no candidate. A peek gets the step's logits.
+llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, int32_t row, int32_t i) {
+    const float * logits = backend_greedy_on ? nullptr : llama_get_logits_ith(ctx, row);
+    if (peek_logits) {
+        std::memcpy(peek_logits + (size_t) i * n_vocab, logits, sizeof(float) * n_vocab);
+    }
+    if (path == nullptr) {
+        return backend_greedy_on ? llama_get_sampled_token_ith(ctx, row) : argmax(logits, n_vocab);
+    }
+    q.emplace_back();
+    q.back().from_chain(path, logits, n_vocab);
+    const bool        sample = mode != LLAMA_MTP_DRAFT_CHAIN && !q.back().one_hot;
+    const llama_token tok    = sample ? q.back().sample(rng) : q.back().argmax();
+    if (tok == LLAMA_TOKEN_NULL) {
+        q.pop_back();
+        return tok;
+    }
+    llama_sampler_accept(path, tok);
+    return tok;
+}
