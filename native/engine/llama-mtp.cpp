@@ -191,7 +191,7 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
 
 void llama_mtp_set_draft_mode(llama_mtp * mtp, llama_mtp_draft_mode mode, uint32_t seed) {
     if (mtp) {
-        mtp->mode = mode;
+        mtp->mode = mode == LLAMA_MTP_DRAFT_AUTO ? LLAMA_MTP_DRAFT_GREEDY : mode;
         // salted: the request's chain seeds its own RNG with the same seed, and the two streams must be
         // independent (identical streams correlate draft/verify draws with the first token's draw)
         std::seed_seq seq{ seed, 0x6d747021u };

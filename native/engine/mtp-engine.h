@@ -13,6 +13,7 @@
 //                      request's sampler chain (q), inspection (peek)
 //   mtp-verify.cpp     verification: exact match, rejection sampling, synthetic acceptance
 //   mtp-dist.cpp       distributions of a sampler chain (p, q) and the residual draw
+//   mtp-names.cpp      the one vocabulary of options (draft modes, head policies, limits, "auto")
 
 #include "llama-mtp.h"
 #include "llama-mtp-testing.h"

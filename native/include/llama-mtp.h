@@ -37,6 +37,8 @@ enum llama_mtp_status {
 
 // How drafts are chosen and verified.
 enum llama_mtp_draft_mode {
+    LLAMA_MTP_DRAFT_AUTO       = -1, // the user's "auto": resolve it per request with llama_mtp_draft_mode_auto
+                                     // (llama_mtp_set_draft_mode takes it as greedy)
     LLAMA_MTP_DRAFT_GREEDY     = 0, // argmax of the raw MTP logits; exact-match verification (upstream)
     LLAMA_MTP_DRAFT_CHAIN      = 1, // top of q = the request's sampler chain on the MTP logits; exact-match
     LLAMA_MTP_DRAFT_STOCHASTIC = 2, // x ~ q; rejection sampling against p = the chain on the target logits
@@ -210,6 +212,35 @@ LLAMA_API int32_t llama_mtp_n_heads(const struct llama_mtp * mtp);
 // Leaves the engine's state and stats as they were. Returns the number of drafted tokens or an error.
 LLAMA_API int32_t llama_mtp_peek_draft(struct llama_mtp * mtp, llama_token id_last, int32_t k,
                                        llama_token * out, float * logits);
+
+// ---- One vocabulary: the option names every surface uses (CLI, Python, llama-server requests) ----
+
+// The most tokens a step may draft (LLAMA_MTP_MAX_DRAFT).
+LLAMA_API int32_t llama_mtp_draft_limit(void);
+
+// The name of a draft mode ("greedy", "chain", "stochastic", "auto"), NULL for other values.
+// Iterate i = 0, 1, ... until NULL to list the modes.
+LLAMA_API const char * llama_mtp_draft_mode_name(int32_t mode);
+
+// The draft mode of a name ("auto" -> LLAMA_MTP_DRAFT_AUTO), LLAMA_MTP_ERR_ARG when unknown.
+LLAMA_API int32_t llama_mtp_draft_mode_from_name(const char * name);
+
+// What a user may choose, for help texts and errors: "auto, greedy, chain, stochastic".
+LLAMA_API const char * llama_mtp_draft_choices(void);
+
+// The "auto" rule, the one place it is defined: stochastic drafting with rejection sampling when the
+// request samples (temperature > 0); at temperature 0 the chain's pick when penalties reshape the
+// distribution (repeat, frequency or presence penalty), else the plain argmax.
+LLAMA_API enum llama_mtp_draft_mode llama_mtp_draft_mode_auto(float temperature, bool penalties);
+
+// The name of a head policy ("per_layer", "first", "capped"), NULL for other values.
+LLAMA_API const char * llama_mtp_head_policy_name(int32_t policy);
+
+// The head policy of a name, LLAMA_MTP_ERR_ARG when unknown.
+LLAMA_API int32_t llama_mtp_head_policy_from_name(const char * name);
+
+// What a user may choose: "per_layer, first, capped".
+LLAMA_API const char * llama_mtp_head_policy_choices(void);
 
 // ABI check for bindings: sizeof of the public structs they mirror.
 // which: 0 llama_mtp_params, 1 llama_mtp_stats, 2 llama_model_params, 3 llama_context_params

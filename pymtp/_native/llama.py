@@ -220,6 +220,15 @@ _SIGNATURES = {
     "llama_mtp_set_head_policy": (None, [p_mtp, C.c_int]),
     "llama_mtp_n_heads": (C.c_int32, [p_mtp]),
     "llama_mtp_peek_draft": (C.c_int32, [p_mtp, llama_token, C.c_int32, C.POINTER(llama_token), C.POINTER(C.c_float)]),
+    # the engine's option vocabulary (pymtp/options.py mirrors it; tests/test_options.py checks)
+    "llama_mtp_draft_limit": (C.c_int32, []),
+    "llama_mtp_draft_mode_name": (C.c_char_p, [C.c_int32]),
+    "llama_mtp_draft_mode_from_name": (C.c_int32, [C.c_char_p]),
+    "llama_mtp_draft_mode_auto": (C.c_int, [C.c_float, C.c_bool]),
+    "llama_mtp_head_policy_name": (C.c_char_p, [C.c_int32]),
+    "llama_mtp_head_policy_from_name": (C.c_int32, [C.c_char_p]),
+    "llama_mtp_draft_choices": (C.c_char_p, []),
+    "llama_mtp_head_policy_choices": (C.c_char_p, []),
 }
 
 

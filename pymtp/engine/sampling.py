@@ -15,15 +15,17 @@ from ..options import DRAFT_AUTO, DRAFT_CHOICES, TEST_DRAFT_MODES
 
 
 def resolve_draft_mode(draft: str, temperature: float, repeat_penalty: float) -> str:
-    """auto: stochastic drafting + rejection sampling when sampling (T > 0); at T = 0 the
-    chain-filtered draft only when penalties change the distribution, else plain greedy."""
+    """The draft mode a request runs with; "auto" is resolved by the engine's one rule
+    (llama_mtp_draft_mode_auto, the same call llama-server makes): stochastic drafting +
+    rejection sampling when sampling (T > 0); at T = 0 the chain-filtered draft only when
+    penalties change the distribution, else plain greedy."""
     if draft not in DRAFT_CHOICES and draft not in TEST_DRAFT_MODES:
         raise InvalidArgumentError(f"draft must be one of {', '.join(DRAFT_CHOICES)}, got {draft!r}")
     if draft != DRAFT_AUTO:
         return draft
-    if temperature > 0:
-        return "stochastic"
-    return "chain" if repeat_penalty != 1.0 else "greedy"
+    lib = L.lib()
+    mode = lib.llama_mtp_draft_mode_auto(float(temperature), repeat_penalty != 1.0)
+    return lib.llama_mtp_draft_mode_name(mode).decode()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,61 @@
+"""One vocabulary: pymtp/options.py mirrors what the native engine defines (llama-mtp.h), and the
+"auto" draft-mode rule is the engine's (the same call llama-server makes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pymtp import options
+from pymtp._native import llama as L
+from pymtp.engine.sampling import resolve_draft_mode
+from pymtp.errors import InvalidArgumentError
+
+
+def native_names(name_of) -> dict[str, int]:
+    """Every (name, value) the engine names, looked up over the range its enums use."""
+    out = {}
+    for value in range(-4, 128):
+        name = name_of(value)
+        if name is not None:
+            out[name.decode()] = value
+    return out
+
+
+def test_draft_modes_and_limit_mirror_the_engine():
+    lib = L.lib()
+    native = native_names(lib.llama_mtp_draft_mode_name)
+    assert native.pop("auto") == -1
+    assert native == options.DRAFT_MODES
+    assert tuple(["auto", *native]) == options.DRAFT_CHOICES
+    for name, value in options.DRAFT_MODES.items():
+        assert lib.llama_mtp_draft_mode_from_name(name.encode()) == value
+    assert lib.llama_mtp_draft_mode_from_name(b"greedyy") == L.MTP_ERR_ARG
+    assert lib.llama_mtp_draft_limit() == options.MAX_DRAFT == L.MTP_MAX_DRAFT
+    assert lib.llama_mtp_default_params().n_draft == options.DEFAULT_N_DRAFT
+
+
+def test_head_policies_mirror_the_engine():
+    lib = L.lib()
+    assert native_names(lib.llama_mtp_head_policy_name) == options.HEAD_POLICIES
+    assert lib.llama_mtp_head_policy_from_name(b"last") == L.MTP_ERR_ARG
+    assert lib.llama_mtp_head_policy_from_name(None) == L.MTP_ERR_ARG
+
+
+@pytest.mark.parametrize("temperature,repeat_penalty,expected", [
+    (0.0, 1.0, "greedy"), (0.0, 1.1, "chain"), (0.7, 1.0, "stochastic"), (0.7, 1.1, "stochastic"),
+])
+def test_auto_is_the_engines_rule(temperature, repeat_penalty, expected):
+    assert resolve_draft_mode("auto", temperature, repeat_penalty) == expected
+    assert resolve_draft_mode("chain", temperature, repeat_penalty) == "chain"  # an explicit mode stays
+
+
+def test_unknown_draft_mode_is_a_clear_error():
+    with pytest.raises(InvalidArgumentError, match="draft must be one of auto, greedy, chain, stochastic"):
+        resolve_draft_mode("fast", 0.0, 1.0)
+
+
+def test_native_choices_strings_match_the_python_lists():
+    """llama-server's flag and request errors list the same choices as the Python CLI."""
+    lib = L.lib()
+    assert lib.llama_mtp_draft_choices().decode() == ", ".join(options.DRAFT_CHOICES)
+    assert lib.llama_mtp_head_policy_choices().decode() == ", ".join(options.HEAD_POLICIES)
