@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,3 +16,20 @@ def test_python_sources_pass_ruff():
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *CHECKED],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, f"ruff check failed (fix with `python -m ruff check --fix`):\n{r.stdout}{r.stderr}"
+
+
+def clang_format() -> str:
+    """The clang-format of the test extra (the PyPI wheel's script next to this Python), else PATH's."""
+    here = Path(sys.executable).parent / "clang-format"
+    found = str(here) if here.is_file() else shutil.which("clang-format")
+    assert found, "clang-format is missing: pip install '.[test]' installs it"
+    return found
+
+
+def test_native_sources_pass_clang_format():
+    """pymtp's own C/C++ (native/) follows native/.clang-format (a pinned clang-format: styles change
+    between releases)."""
+    sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "native").rglob("*") if p.suffix in (".h", ".cpp"))
+    assert sources, "no native sources found"
+    r = subprocess.run([clang_format(), "--dry-run", "--Werror", *sources], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, f"clang-format found unformatted code (fix with clang-format -i):\n{r.stderr[-4000:]}"

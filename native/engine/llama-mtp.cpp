@@ -19,16 +19,16 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
     }
     const llama_model * model = llama_get_model(ctx_tgt);
 
-    auto * m    = new llama_mtp();
-    m->ctx_tgt  = ctx_tgt;
-    m->ctx_mtp  = ctx_mtp;
-    m->vocab    = llama_model_get_vocab(model);
-    m->params   = params;
-    m->n_embd   = llama_model_n_embd_out(model);
-    m->n_vocab  = llama_vocab_n_tokens(m->vocab);
-    m->n_ctx    = (int32_t) llama_n_ctx(ctx_tgt);
-    m->n_batch  = params.n_batch > 0 ? std::min<int32_t>(params.n_batch, llama_n_batch(ctx_tgt)) :
-                                       (int32_t) llama_n_batch(ctx_tgt);
+    auto * m     = new llama_mtp();
+    m->ctx_tgt   = ctx_tgt;
+    m->ctx_mtp   = ctx_mtp;
+    m->vocab     = llama_model_get_vocab(model);
+    m->params    = params;
+    m->n_embd    = llama_model_n_embd_out(model);
+    m->n_vocab   = llama_vocab_n_tokens(m->vocab);
+    m->n_ctx     = (int32_t) llama_n_ctx(ctx_tgt);
+    m->n_batch   = params.n_batch > 0 ? std::min<int32_t>(params.n_batch, llama_n_batch(ctx_tgt)) :
+                                        (int32_t) llama_n_batch(ctx_tgt);
     m->batch_tgt = llama_batch_ext_init(ctx_tgt);
     m->zeros.assign(m->n_embd, 0.0f);
     m->target_h.n_embd = m->n_embd;
@@ -40,7 +40,8 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
     }
 
     if (ctx_mtp != nullptr) {
-        if (llama_model_n_embd_out(llama_get_model(ctx_mtp)) != m->n_embd || (int32_t) llama_n_ctx(ctx_mtp) < m->n_ctx) {
+        if (llama_model_n_embd_out(llama_get_model(ctx_mtp)) != m->n_embd ||
+            (int32_t) llama_n_ctx(ctx_mtp) < m->n_ctx) {
             llama_batch_ext_free(m->batch_tgt);
             delete m;
             return nullptr;
@@ -184,8 +185,8 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
         return LLAMA_MTP_ERR_STATE; // cannot roll back: never continue from a polluted context
     }
     m->tokens.insert(m->tokens.end(), vt.begin(), vt.begin() + n_out);
-    rc          = m->catch_up(vt.data(), n_out, n_past);
-    m->id_last  = out[n_out - 1];
+    rc         = m->catch_up(vt.data(), n_out, n_past);
+    m->id_last = out[n_out - 1];
     return rc == LLAMA_MTP_OK ? n_out : rc;
 }
 
@@ -256,16 +257,16 @@ void llama_mtp_reset_stats(llama_mtp * mtp) {
 // ---- several MTP heads ----
 
 int32_t llama_mtp_set_heads(llama_mtp * m, llama_context ** ctx_heads, int32_t n_heads) {
-    if (m == nullptr || m->ctx_mtp == nullptr || ctx_heads == nullptr || n_heads < 1 ||
-        n_heads > LLAMA_MTP_MAX_DRAFT || ctx_heads[0] != m->ctx_mtp) {
+    if (m == nullptr || m->ctx_mtp == nullptr || ctx_heads == nullptr || n_heads < 1 || n_heads > LLAMA_MTP_MAX_DRAFT ||
+        ctx_heads[0] != m->ctx_mtp) {
         return LLAMA_MTP_ERR_ARG;
     }
     return m->set_heads(ctx_heads, n_heads);
 }
 
 void llama_mtp_set_head_policy(llama_mtp * m, llama_mtp_head_policy policy) {
-    if (m && (policy == LLAMA_MTP_HEADS_PER_LAYER || policy == LLAMA_MTP_HEADS_FIRST ||
-              policy == LLAMA_MTP_HEADS_CAPPED)) {
+    if (m &&
+        (policy == LLAMA_MTP_HEADS_PER_LAYER || policy == LLAMA_MTP_HEADS_FIRST || policy == LLAMA_MTP_HEADS_CAPPED)) {
         m->policy = policy;
     }
 }
@@ -298,10 +299,10 @@ int32_t llama_mtp_peek_draft(llama_mtp * m, llama_token id_last, int32_t k, llam
     m->mode                           = LLAMA_MTP_DRAFT_GREEDY;
     m->peek_logits                    = logits;
     // the draft rows are dropped again afterwards: every head's MTP KV ends at p0
-    const int32_t rc = m->draft_at(p0, id_last, m->h_at(p0 - 1), k, nullptr, /*keep_first*/ false);
-    m->peek_logits   = nullptr;
-    m->mode          = saved_mode;
-    const int32_t n  = (int32_t) m->drafts.size();
+    const int32_t rc                  = m->draft_at(p0, id_last, m->h_at(p0 - 1), k, nullptr, /*keep_first*/ false);
+    m->peek_logits                    = nullptr;
+    m->mode                           = saved_mode;
+    const int32_t n                   = (int32_t) m->drafts.size();
     std::copy(m->drafts.begin(), m->drafts.end(), out);
     m->drafts.clear();
     m->q.clear();

@@ -22,12 +22,12 @@ const char * mtp_chain_selector(llama_sampler * chain) {
 void mtp_dist::from_chain(llama_sampler * chain, const float * logits, int32_t n_vocab) {
     cand.resize(n_vocab);
     for (int32_t i = 0; i < n_vocab; ++i) {
-        cand[i] = llama_token_data { i, logits[i], 0.0f };
+        cand[i] = llama_token_data{ i, logits[i], 0.0f };
     }
     llama_token_data_array arr = { cand.data(), cand.size(), -1, false };
 
-    const char * selector = mtp_chain_selector(chain);
-    const int32_t n_apply = llama_sampler_chain_n(chain) - (selector ? 1 : 0);
+    const char *  selector = mtp_chain_selector(chain);
+    const int32_t n_apply  = llama_sampler_chain_n(chain) - (selector ? 1 : 0);
     for (int32_t i = 0; i < n_apply; ++i) {
         llama_sampler_apply(llama_sampler_chain_get(chain, i), &arr);
     }
@@ -42,8 +42,9 @@ void mtp_dist::from_chain(llama_sampler * chain, const float * logits, int32_t n
         return;
     }
     if (one_hot) {
-        auto best = std::max_element(cand.begin(), cand.end(),
-                [](const llama_token_data & a, const llama_token_data & b) { return a.logit < b.logit; });
+        auto best =
+            std::max_element(cand.begin(), cand.end(),
+                             [](const llama_token_data & a, const llama_token_data & b) { return a.logit < b.logit; });
         const llama_token_data top = *best;
         cand.assign(1, top);
         cand[0].p = 1.0f;
@@ -77,7 +78,8 @@ llama_token mtp_dist::argmax() const {
         return LLAMA_TOKEN_NULL;
     }
     return std::max_element(cand.begin(), cand.end(),
-            [](const llama_token_data & a, const llama_token_data & b) { return a.p < b.p; })->id;
+                            [](const llama_token_data & a, const llama_token_data & b) { return a.p < b.p; })
+        ->id;
 }
 
 llama_token mtp_dist::sample(std::mt19937 & rng) const {
@@ -85,8 +87,8 @@ llama_token mtp_dist::sample(std::mt19937 & rng) const {
         return LLAMA_TOKEN_NULL;
     }
     std::uniform_real_distribution<double> u(0.0, 1.0);
-    double r = u(rng);
-    double acc = 0.0;
+    double                                 r   = u(rng);
+    double                                 acc = 0.0;
     for (const auto & c : cand) {
         acc += c.p;
         if (r < acc) {
@@ -106,8 +108,8 @@ llama_token mtp_sample_residual(const mtp_dist & p, const mtp_dist & q, std::mt1
     res.reserve(p.cand.size());
     double sum = 0.0;
     for (const auto & c : p.cand) {
-        auto it = qp.find(c.id);
-        const double r = (double) c.p - (it == qp.end() ? 0.0 : (double) it->second);
+        auto         it = qp.find(c.id);
+        const double r  = (double) c.p - (it == qp.end() ? 0.0 : (double) it->second);
         if (r > 0.0) {
             res.push_back({ c.id, c.logit, (float) r });
             sum += r;
@@ -117,8 +119,8 @@ llama_token mtp_sample_residual(const mtp_dist & p, const mtp_dist & q, std::mt1
         return p.sample(rng);
     }
     std::uniform_real_distribution<double> u(0.0, sum);
-    const double r = u(rng);
-    double acc = 0.0;
+    const double                           r   = u(rng);
+    double                                 acc = 0.0;
     for (const auto & c : res) {
         acc += c.p;
         if (r < acc) {

@@ -13,13 +13,13 @@
 // chain except its final selector ("dist" or "greedy") applied to the logits,
 // then a softmax over the surviving candidates.
 struct mtp_dist {
-    std::vector<llama_token_data> cand;  // surviving candidates, p normalised
-    bool one_hot = false;                // the chain selects greedily: all mass on the argmax
+    std::vector<llama_token_data> cand;            // surviving candidates, p normalised
+    bool                          one_hot = false; // the chain selects greedily: all mass on the argmax
 
     // fill from logits with the chain's samplers (no state change: apply only)
     void from_chain(llama_sampler * chain, const float * logits, int32_t n_vocab);
 
-    float prob(llama_token id) const;    // 0 for a token that did not survive
+    float       prob(llama_token id) const; // 0 for a token that did not survive
     llama_token argmax() const;
     llama_token sample(std::mt19937 & rng) const;
 };

@@ -28,7 +28,7 @@ int32_t llama_mtp::draft_at(llama_pos p0, llama_token tok0, const float * h0, in
     }
     const auto      t0   = mtp::clock_type::now();
     llama_sampler * path = draft_path(smpl);
-    const int32_t   rc   = multi() ? draft_multi(p0, tok0, h0, k, path) : draft_single(p0, tok0, h0, k, path, keep_first);
+    const int32_t   rc = multi() ? draft_multi(p0, tok0, h0, k, path) : draft_single(p0, tok0, h0, k, path, keep_first);
     if (path) {
         llama_sampler_free(path);
     }

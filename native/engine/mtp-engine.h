@@ -100,10 +100,10 @@ struct row_queue {
 // A catch-up reads the row just before the rows it writes; rows further back are only needed after
 // a rewind (a prefill reusing a prefix), and a rewind deeper than the ring feeds zeros there.
 struct state_ring {
-    static constexpr int32_t R = 64;
-    int32_t                n_embd = 0;
-    std::vector<float>     rows;
-    std::vector<llama_pos> pos;
+    static constexpr int32_t R      = 64;
+    int32_t                  n_embd = 0;
+    std::vector<float>       rows;
+    std::vector<llama_pos>   pos;
 
     void          init(int32_t ne);
     const float * get(llama_pos p) const;
@@ -129,7 +129,7 @@ struct llama_mtp {
     llama_context *     ctx_mtp = nullptr; // nullptr: plain decoding
     const llama_vocab * vocab   = nullptr;
     llama_mtp_params    params{};
-    int32_t             n_embd    = 0;     // width of the nextn hidden rows
+    int32_t             n_embd    = 0; // width of the nextn hidden rows
     int32_t             n_vocab   = 0;
     int32_t             n_ctx     = 0;
     int32_t             n_batch   = 0;
@@ -140,41 +140,41 @@ struct llama_mtp {
     std::vector<float>  zeros; // the hidden row of a position the engine has no state for
 
     // ---- the sequence (the engine's own loop: llama_mtp_prefill / llama_mtp_step) ----
-    std::vector<llama_token> tokens; // held by the target KV, in position order (size == n_past)
+    std::vector<llama_token> tokens;                 // held by the target KV, in position order (size == n_past)
     bool                     logits_pending = false; // prefill left logits for the first token
     bool                     has_last       = false; // id_last was emitted but not decoded yet
     llama_token              id_last        = LLAMA_TOKEN_NULL;
 
     // ---- the MTP KV writer (mtp-kv-writer.cpp) ----
-    mtp::target_rows target_h;          // the target's hidden rows of its last decode
-    mtp::row_queue   queue;             // teacher-forced entries waiting to be written
-    bool             write_now = true;  // observe writes at once (off: entries wait in the queue)
-    int32_t          n_mtp_kv  = 0;     // head 0's MTP KV holds [0, n_mtp_kv); between own-loop steps == n_past
+    mtp::target_rows target_h;         // the target's hidden rows of its last decode
+    mtp::row_queue   queue;            // teacher-forced entries waiting to be written
+    bool             write_now = true; // observe writes at once (off: entries wait in the queue)
+    int32_t          n_mtp_kv  = 0;    // head 0's MTP KV holds [0, n_mtp_kv); between own-loop steps == n_past
 
     // ---- heads (mtp-heads.cpp): several MTP blocks; empty: one head, ctx_mtp ----
     std::vector<llama_context *>    heads;      // heads[0] == ctx_mtp
     std::vector<llama_batch_ext *>  head_batch; // head_batch[0] == batch_mtp
     llama_mtp_head_policy           policy = LLAMA_MTP_HEADS_PER_LAYER;
-    std::vector<mtp::state_ring>    ring;       // ring[j]: exact output states of head j (j < n_heads - 1)
+    std::vector<mtp::state_ring>    ring; // ring[j]: exact output states of head j (j < n_heads - 1)
     // this draft round: head j's output state at position p0 + t is round_h[j] row t (t < round_n[j])
     std::vector<std::vector<float>> round_h;
     std::vector<int32_t>            round_n;
 
     // ---- drafting (mtp-draft.cpp) ----
     llama_mtp_draft_mode         mode = LLAMA_MTP_DRAFT_GREEDY;
-    std::mt19937                 rng{ 0 };  // stochastic drafts, rejection tests, synthetic acceptance
-    std::vector<llama_token>     drafts;    // this step's drafts
-    std::vector<mtp_dist>        q;         // their draft distributions (chain/stochastic modes)
-    std::vector<float>           h_draft;   // the head's output state fed to its next draft step
-    std::vector<llama_sampler *> backend_samplers;  // greedy argmax on the backend, one per MTP context
+    std::mt19937                 rng{ 0 };         // stochastic drafts, rejection tests, synthetic acceptance
+    std::vector<llama_token>     drafts;           // this step's drafts
+    std::vector<mtp_dist>        q;                // their draft distributions (chain/stochastic modes)
+    std::vector<float>           h_draft;          // the head's output state fed to its next draft step
+    std::vector<llama_sampler *> backend_samplers; // greedy argmax on the backend, one per MTP context
     bool                         backend_greedy_on  = false;
-    bool                         backend_greedy_off = false; // not offloadable here: argmax on the host
-    float *                      peek_logits = nullptr;     // llama_mtp_peek_draft: each step's MTP logits
+    bool                         backend_greedy_off = false;   // not offloadable here: argmax on the host
+    float *                      peek_logits        = nullptr; // llama_mtp_peek_draft: each step's MTP logits
 
     // ---- verification (mtp-verify.cpp) ----
-    mtp_dist                 p;            // target distribution at the position being verified
-    std::vector<llama_token> verify_toks;  // caller-decoded targets: [id_last, drafts] of the last draft
-    std::vector<double>      synth_cond;   // benchmarking: P(accept draft i | drafts < i accepted)
+    mtp_dist                 p;           // target distribution at the position being verified
+    std::vector<llama_token> verify_toks; // caller-decoded targets: [id_last, drafts] of the last draft
+    std::vector<double>      synth_cond;  // benchmarking: P(accept draft i | drafts < i accepted)
 
     llama_mtp_stats stats{};
 
@@ -184,32 +184,32 @@ struct llama_mtp {
     int32_t        n_past() const { return (int32_t) tokens.size(); }
 
     // the target's nextn row h_p of its last decode, or zeros (only lowers draft quality)
-    const float * h_at(llama_pos p) const;
+    const float *  h_at(llama_pos p) const;
     // the target decoded toks[0..n) at positions p0.. as rows row0.. of its last decode (hidden rows
     // h_all): queue their MTP entries (x_p with h_{p-1}) replacing anything at >= p0, keep the rows
-    void        observe(const llama_token * toks, int32_t n, llama_pos p0, const float * h_all, int32_t row0);
+    void           observe(const llama_token * toks, int32_t n, llama_pos p0, const float * h_all, int32_t row0);
     // write the queued entries of these engines (one MTP context) in as few MTP decodes as fit a batch
     static int32_t write_queued(const std::vector<llama_mtp *> & engines);
     // the caller may have changed this sequence's MTP KV: drop queued entries it holds, restart on a gap
-    void        align_queue();
+    void           align_queue();
     // rollback: the MTP side (every head's KV, rings, queue, hidden rows) keeps positions [0, p)
-    void        truncate_mtp_to(llama_pos p);
+    void           truncate_mtp_to(llama_pos p);
     // rollback: the target KV keeps [0, p); false when it cannot (a recurrent state without a snapshot)
-    bool        truncate_target_to(llama_pos p);
+    bool           truncate_target_to(llama_pos p);
     // the target decodes toks[0..n) at positions p0..; logits for all rows or only the last
-    int32_t     decode_target(const llama_token * toks, int32_t n, llama_pos p0, bool all_logits, bool last_logits);
+    int32_t        decode_target(const llama_token * toks, int32_t n, llama_pos p0, bool all_logits, bool last_logits);
     // own loop: after a target decode of toks at p0.., write their MTP entries now
-    int32_t     catch_up(const llama_token * toks, int32_t n, llama_pos p0);
+    int32_t        catch_up(const llama_token * toks, int32_t n, llama_pos p0);
 
     // -- heads (mtp-heads.cpp) --
-    bool    multi() const { return heads.size() > 1; }
-    int32_t n_heads() const { return ctx_mtp == nullptr ? 0 : multi() ? (int32_t) heads.size() : 1; }
-    int32_t head_of_step(int32_t i) const; // which head drafts step i
-    int32_t feeder_of(int32_t j) const;    // whose state at p-1 feeds head j's draft row at p
-    void    heads_truncate_to(llama_pos p); // heads 1.. and the rings keep [0, p) (p = -1: nothing)
-    void    heads_align();                  // heads 1.. never hold more than head 0
+    bool           multi() const { return heads.size() > 1; }
+    int32_t        n_heads() const { return ctx_mtp == nullptr ? 0 : multi() ? (int32_t) heads.size() : 1; }
+    int32_t        head_of_step(int32_t i) const;  // which head drafts step i
+    int32_t        feeder_of(int32_t j) const;     // whose state at p-1 feeds head j's draft row at p
+    void           heads_truncate_to(llama_pos p); // heads 1.. and the rings keep [0, p) (p = -1: nothing)
+    void           heads_align();                  // heads 1.. never hold more than head 0
     static int32_t cascade(std::vector<mtp::head_run> & runs);
-    int32_t set_heads(llama_context ** ctx_heads, int32_t n);
+    int32_t        set_heads(llama_context ** ctx_heads, int32_t n);
 
     // -- drafting (mtp-draft.cpp) --
     int32_t         draft_at(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * smpl,
@@ -222,7 +222,8 @@ struct llama_mtp {
     void            set_backend_greedy(bool on);
 
     // -- verification (mtp-verify.cpp) --
-    int32_t verify(llama_sampler * smpl, const std::vector<llama_token> & vt, int32_t k, llama_token * out, int32_t row0);
+    int32_t verify(llama_sampler * smpl, const std::vector<llama_token> & vt, int32_t k, llama_token * out,
+                   int32_t row0);
     int32_t verify_exact(llama_sampler * smpl, const std::vector<llama_token> & vt, int32_t k, llama_token * out,
                          int32_t row0);
     int32_t verify_stochastic(llama_sampler * smpl, const std::vector<llama_token> & vt, int32_t k, llama_token * out,

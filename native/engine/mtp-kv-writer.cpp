@@ -130,8 +130,7 @@ bool llama_mtp::truncate_target_to(llama_pos p) {
     return llama_memory_seq_rm(mem_tgt(), params.seq_id, p == 0 ? -1 : p, -1);
 }
 
-int32_t llama_mtp::decode_target(const llama_token * toks, int32_t n, llama_pos p0, bool all_logits,
-                                 bool last_logits) {
+int32_t llama_mtp::decode_target(const llama_token * toks, int32_t n, llama_pos p0, bool all_logits, bool last_logits) {
     llama_batch_ext_clear(batch_tgt);
     for (int32_t i = 0; i < n; ++i) {
         const bool out = all_logits || (last_logits && i == n - 1);

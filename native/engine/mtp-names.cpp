@@ -28,7 +28,8 @@ constexpr named head_policies[] = {
     { LLAMA_MTP_HEADS_CAPPED, "capped" },
 };
 
-template <size_t N> const char * name_of(const named (&table)[N], int32_t value) {
+template <size_t N>
+const char * name_of(const named (&table)[N], int32_t value) {
     for (const auto & e : table) {
         if (e.value == value) {
             return e.name;
@@ -37,7 +38,8 @@ template <size_t N> const char * name_of(const named (&table)[N], int32_t value)
     return nullptr;
 }
 
-template <size_t N> int32_t value_of(const named (&table)[N], const char * name) {
+template <size_t N>
+int32_t value_of(const named (&table)[N], const char * name) {
     for (const auto & e : table) {
         if (name != nullptr && std::strcmp(e.name, name) == 0) {
             return e.value;
@@ -46,7 +48,8 @@ template <size_t N> int32_t value_of(const named (&table)[N], const char * name)
     return LLAMA_MTP_ERR_ARG;
 }
 
-template <size_t N> std::string choices_of(const named (&table)[N]) {
+template <size_t N>
+std::string choices_of(const named (&table)[N]) {
     std::string s;
     for (const auto & e : table) {
         s += (s.empty() ? "" : ", ") + std::string(e.name);

@@ -11,13 +11,12 @@
 // samples; exact match otherwise (and without drafts: plain sampling, exactly as without MTP).
 int32_t llama_mtp::verify(llama_sampler * smpl, const std::vector<llama_token> & vt, int32_t k, llama_token * out,
                           int32_t row0) {
-    const auto   t0         = mtp::clock_type::now();
-    const char * selector   = mtp_chain_selector(smpl);
-    const bool   stochastic = k > 0 && synth_cond.empty() &&
-                            (mode == LLAMA_MTP_DRAFT_STOCHASTIC || mode == LLAMA_MTP_DRAFT_TEST_ACCEPT_ALL) &&
-                            selector != nullptr && std::strcmp(selector, "dist") == 0;
-    const int32_t n_out =
-        stochastic ? verify_stochastic(smpl, vt, k, out, row0) : verify_exact(smpl, vt, k, out, row0);
+    const auto    t0         = mtp::clock_type::now();
+    const char *  selector   = mtp_chain_selector(smpl);
+    const bool    stochastic = k > 0 && synth_cond.empty() &&
+                               (mode == LLAMA_MTP_DRAFT_STOCHASTIC || mode == LLAMA_MTP_DRAFT_TEST_ACCEPT_ALL) &&
+                               selector != nullptr && std::strcmp(selector, "dist") == 0;
+    const int32_t n_out = stochastic ? verify_stochastic(smpl, vt, k, out, row0) : verify_exact(smpl, vt, k, out, row0);
     for (int32_t i = 0; i < k; ++i) {
         stats.drafted_per_pos[i]++;
     }
@@ -29,8 +28,8 @@ int32_t llama_mtp::verify(llama_sampler * smpl, const std::vector<llama_token> &
 }
 
 // Exact match: accept drafts while they equal the sampled token.
-int32_t llama_mtp::verify_exact(llama_sampler * smpl, const std::vector<llama_token> & vt, int32_t k,
-                                llama_token * out, int32_t row0) {
+int32_t llama_mtp::verify_exact(llama_sampler * smpl, const std::vector<llama_token> & vt, int32_t k, llama_token * out,
+                                int32_t row0) {
     int32_t n_out = 0;
     for (int32_t i = 0; i <= k; ++i) {
         llama_token tok   = llama_sampler_sample(smpl, ctx_tgt, row0 + i);
@@ -73,8 +72,8 @@ int32_t llama_mtp::verify_stochastic(llama_sampler * smpl, const std::vector<lla
             const llama_token x  = vt[i + 1];
             const double      px = p.prob(x);
             const double      qx = q[i].prob(x);
-            accepted = mode == LLAMA_MTP_DRAFT_TEST_ACCEPT_ALL || (qx > 0.0 && u(rng) * qx < px);
-            tok      = accepted ? x : mtp_sample_residual(p, q[i], rng);
+            accepted             = mode == LLAMA_MTP_DRAFT_TEST_ACCEPT_ALL || (qx > 0.0 && u(rng) * qx < px);
+            tok                  = accepted ? x : mtp_sample_residual(p, q[i], rng);
         }
         llama_sampler_accept(smpl, tok);
         out[n_out++] = tok;

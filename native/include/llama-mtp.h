@@ -28,44 +28,44 @@ extern "C" {
 #define LLAMA_MTP_MAX_DRAFT 16
 
 enum llama_mtp_status {
-    LLAMA_MTP_OK            =  0,
-    LLAMA_MTP_ERR_CTX_FULL  = -1, // no room left in the context
-    LLAMA_MTP_ERR_DECODE    = -2, // llama_decode / llama_process failed
-    LLAMA_MTP_ERR_ARG       = -3, // invalid argument
-    LLAMA_MTP_ERR_STATE     = -4, // call out of order (e.g. step before prefill)
+    LLAMA_MTP_OK           = 0,
+    LLAMA_MTP_ERR_CTX_FULL = -1, // no room left in the context
+    LLAMA_MTP_ERR_DECODE   = -2, // llama_decode / llama_process failed
+    LLAMA_MTP_ERR_ARG      = -3, // invalid argument
+    LLAMA_MTP_ERR_STATE    = -4, // call out of order (e.g. step before prefill)
 };
 
 // How drafts are chosen and verified.
 enum llama_mtp_draft_mode {
     LLAMA_MTP_DRAFT_AUTO       = -1, // the user's "auto": resolve it per request with llama_mtp_draft_mode_auto
                                      // (llama_mtp_set_draft_mode takes it as greedy)
-    LLAMA_MTP_DRAFT_GREEDY     = 0, // argmax of the raw MTP logits; exact-match verification (upstream)
-    LLAMA_MTP_DRAFT_CHAIN      = 1, // top of q = the request's sampler chain on the MTP logits; exact-match
-    LLAMA_MTP_DRAFT_STOCHASTIC = 2, // x ~ q; rejection sampling against p = the chain on the target logits
+    LLAMA_MTP_DRAFT_GREEDY     = 0,  // argmax of the raw MTP logits; exact-match verification (upstream)
+    LLAMA_MTP_DRAFT_CHAIN      = 1,  // top of q = the request's sampler chain on the MTP logits; exact-match
+    LLAMA_MTP_DRAFT_STOCHASTIC = 2,  // x ~ q; rejection sampling against p = the chain on the target logits
 };
 
 struct llama_mtp_params {
-    int32_t      n_draft;   // default max draft tokens per step, 0..LLAMA_MTP_MAX_DRAFT (0 = no drafting)
-    int32_t      n_batch;   // prefill chunk size, 0 = llama_n_batch(ctx_tgt)
-    llama_seq_id seq_id;    // the sequence driven in both contexts
+    int32_t      n_draft; // default max draft tokens per step, 0..LLAMA_MTP_MAX_DRAFT (0 = no drafting)
+    int32_t      n_batch; // prefill chunk size, 0 = llama_n_batch(ctx_tgt)
+    llama_seq_id seq_id;  // the sequence driven in both contexts
 };
 
 struct llama_mtp_stats {
-    int64_t n_prompt;         // prompt tokens decoded by prefill (after prefix reuse)
-    int64_t n_reused;         // prompt tokens reused from the KV cache
-    int64_t n_generated;      // tokens emitted by llama_mtp_step
-    int64_t n_steps;          // steps that ran a target (verify) decode
-    int64_t n_drafted;        // draft tokens proposed
-    int64_t n_accepted;       // draft tokens accepted
-    int64_t n_draft_decodes;  // MTP-context decodes for drafting
-    int64_t n_catchup_decodes;// MTP-context decodes that write teacher-forced KV
-    int64_t drafted_per_pos [LLAMA_MTP_MAX_DRAFT];
+    int64_t n_prompt;          // prompt tokens decoded by prefill (after prefix reuse)
+    int64_t n_reused;          // prompt tokens reused from the KV cache
+    int64_t n_generated;       // tokens emitted by llama_mtp_step
+    int64_t n_steps;           // steps that ran a target (verify) decode
+    int64_t n_drafted;         // draft tokens proposed
+    int64_t n_accepted;        // draft tokens accepted
+    int64_t n_draft_decodes;   // MTP-context decodes for drafting
+    int64_t n_catchup_decodes; // MTP-context decodes that write teacher-forced KV
+    int64_t drafted_per_pos[LLAMA_MTP_MAX_DRAFT];
     int64_t accepted_per_pos[LLAMA_MTP_MAX_DRAFT];
-    double  t_prefill_ms;     // target + MTP decodes of the prompt
-    double  t_draft_ms;       // MTP draft decodes + draft selection
-    double  t_verify_ms;      // target decode of [last, drafts...]
-    double  t_sample_ms;      // sampling the target distribution(s)
-    double  t_catchup_ms;     // MTP KV catch-up after acceptance
+    double  t_prefill_ms; // target + MTP decodes of the prompt
+    double  t_draft_ms;   // MTP draft decodes + draft selection
+    double  t_verify_ms;  // target decode of [last, drafts...]
+    double  t_sample_ms;  // sampling the target distribution(s)
+    double  t_catchup_ms; // MTP KV catch-up after acceptance
 };
 
 LLAMA_API struct llama_mtp_params llama_mtp_default_params(void);
@@ -73,10 +73,8 @@ LLAMA_API struct llama_mtp_params llama_mtp_default_params(void);
 // ctx_mtp may be NULL: the engine then runs plain one-token-per-step decoding
 // through the same code path. Returns NULL on invalid arguments.
 // Enables nextn embeddings on both contexts when ctx_mtp is given.
-LLAMA_API struct llama_mtp * llama_mtp_init(
-        struct llama_context * ctx_tgt,
-        struct llama_context * ctx_mtp,
-        struct llama_mtp_params params);
+LLAMA_API struct llama_mtp * llama_mtp_init(struct llama_context * ctx_tgt, struct llama_context * ctx_mtp,
+                                            struct llama_mtp_params params);
 
 LLAMA_API void llama_mtp_free(struct llama_mtp * mtp);
 
@@ -84,10 +82,7 @@ LLAMA_API void llama_mtp_free(struct llama_mtp * mtp);
 // last one pending for the next llama_mtp_step. The longest prefix shared with
 // what the context already holds is kept (recurrent targets that cannot roll
 // back that far are re-decoded from scratch). Returns LLAMA_MTP_OK or an error.
-LLAMA_API int32_t llama_mtp_prefill(
-        struct llama_mtp * mtp,
-        const llama_token * tokens,
-        int32_t n_tokens);
+LLAMA_API int32_t llama_mtp_prefill(struct llama_mtp * mtp, const llama_token * tokens, int32_t n_tokens);
 
 // One generation step. The first step after prefill samples one token from the
 // pending logits. Later steps draft up to n_draft tokens with the MTP head
@@ -96,15 +91,10 @@ LLAMA_API int32_t llama_mtp_prefill(
 // distribution with smpl at each position: exact match (greedy/chain modes)
 // accepts drafts while they equal the sampled token; stochastic mode accepts
 // x with probability min(1, p(x)/q(x)) and otherwise draws from norm(max(0, p-q)).
-// smpl only ever accepts the emitted tokens, in order; drafting uses a clone. Writes the emitted tokens (1..n_draft+1) to out and
-// returns their number, or a negative llama_mtp_status. Stops early after an
-// end-of-generation token.
-LLAMA_API int32_t llama_mtp_step(
-        struct llama_mtp * mtp,
-        struct llama_sampler * smpl,
-        int32_t n_draft,
-        llama_token * out,
-        int32_t n_out_max);
+// smpl only ever accepts the emitted tokens, in order; drafting uses a clone. Writes the emitted tokens (1..n_draft+1)
+// to out and returns their number, or a negative llama_mtp_status. Stops early after an end-of-generation token.
+LLAMA_API int32_t llama_mtp_step(struct llama_mtp * mtp, struct llama_sampler * smpl, int32_t n_draft,
+                                 llama_token * out, int32_t n_out_max);
 
 // Choose how the following steps draft and verify, and seed the engine's own RNG
 // (used by stochastic drafting and rejection sampling; the chain's RNG is left alone
@@ -127,7 +117,7 @@ LLAMA_API bool llama_mtp_has_draft(const struct llama_mtp * mtp);
 // targets the context's n_rs_seq (rollback snapshots); 0 without an MTP context.
 LLAMA_API int32_t llama_mtp_max_draft(const struct llama_mtp * mtp);
 
-LLAMA_API void llama_mtp_get_stats  (const struct llama_mtp * mtp, struct llama_mtp_stats * out);
+LLAMA_API void llama_mtp_get_stats(const struct llama_mtp * mtp, struct llama_mtp_stats * out);
 LLAMA_API void llama_mtp_reset_stats(struct llama_mtp * mtp);
 
 // ---- Caller-decoded targets (llama-server) ----
@@ -146,13 +136,13 @@ LLAMA_API void llama_mtp_reset_stats(struct llama_mtp * mtp);
 // The target just decoded tokens toks[0..n) of this sequence at positions p0..p0+n-1, as rows
 // row0..row0+n-1 of that decode. Writes their MTP KV entries (x_p paired with h_{p-1}; entries at
 // >= p0 are replaced) and keeps their hidden states for the next draft / observe.
-LLAMA_API int32_t llama_mtp_observe(struct llama_mtp * mtp, const llama_token * toks, int32_t n_tokens,
-                                        llama_pos p0, int32_t row0);
+LLAMA_API int32_t llama_mtp_observe(struct llama_mtp * mtp, const llama_token * toks, int32_t n_tokens, llama_pos p0,
+                                    int32_t row0);
 
 // llama_mtp_observe for several sequences of one target decode (engines sharing one MTP
 // context, one run per sequence), written with a single MTP decode.
 struct llama_mtp_run {
-    struct llama_mtp  * mtp;
+    struct llama_mtp *  mtp;
     const llama_token * toks;
     int32_t             n_tokens;
     llama_pos           p0;
@@ -164,13 +154,13 @@ LLAMA_API int32_t llama_mtp_observe_runs(const struct llama_mtp_run * runs, int3
 // chain: the request's sampler chain (cloned, never advanced; NULL drafts greedily). Leaves the
 // MTP KV of this sequence at [0, pos). Writes the drafts to out and returns their number (>= 0).
 LLAMA_API int32_t llama_mtp_draft(struct llama_mtp * mtp, struct llama_sampler * chain, llama_token id_last,
-                                      llama_pos pos, int32_t n_draft, llama_token * out);
+                                  llama_pos pos, int32_t n_draft, llama_token * out);
 
 // The caller decoded [id_last, the first n_draft drafts of the last llama_mtp_draft] as rows
 // row0..row0+n_draft with logits on every row. Verifies them like llama_mtp_step (chain accepts the
 // emitted tokens, in order), writes the emitted tokens (1..n_draft+1) to out and returns their number.
-LLAMA_API int32_t llama_mtp_verify(struct llama_mtp * mtp, struct llama_sampler * chain, int32_t row0,
-                                       int32_t n_draft, llama_token * out, int32_t n_out_max);
+LLAMA_API int32_t llama_mtp_verify(struct llama_mtp * mtp, struct llama_sampler * chain, int32_t row0, int32_t n_draft,
+                                   llama_token * out, int32_t n_out_max);
 
 // Whether llama_mtp_observe writes MTP KV entries at once (default true). Off, it queues them
 // (token, position, hidden row) and the next llama_mtp_draft, or observe with catch-up back on,
@@ -210,8 +200,8 @@ LLAMA_API int32_t llama_mtp_n_heads(const struct llama_mtp * mtp);
 // position llama_mtp_n_past, from the current state, and the raw MTP logits of each step
 // (logits: NULL or k * n_vocab floats). id_last = LLAMA_TOKEN_NULL: the engine's own pending token.
 // Leaves the engine's state and stats as they were. Returns the number of drafted tokens or an error.
-LLAMA_API int32_t llama_mtp_peek_draft(struct llama_mtp * mtp, llama_token id_last, int32_t k,
-                                       llama_token * out, float * logits);
+LLAMA_API int32_t llama_mtp_peek_draft(struct llama_mtp * mtp, llama_token id_last, int32_t k, llama_token * out,
+                                       float * logits);
 
 // ---- One vocabulary: the option names every surface uses (CLI, Python, llama-server requests) ----
 

@@ -27,8 +27,8 @@ void llama_dense_mtp_load_tensors(llama_model_base & m, llama_model_loader & ml)
         return;
     }
     if (hparams.n_expert > 0) {
-        throw std::runtime_error(format("%s: MTP (nextn) layers are only supported on dense models (n_expert = 0)",
-                llm_arch_name(m.arch)));
+        throw std::runtime_error(
+            format("%s: MTP (nextn) layers are only supported on dense models (n_expert = 0)", llm_arch_name(m.arch)));
     }
 
     const int flags = ml.load_mtp ? 0 : llama_model_loader::TENSOR_SKIP;
@@ -47,42 +47,46 @@ void llama_dense_mtp_load_tensors(llama_model_base & m, llama_model_loader & ml)
         const int64_t n_ff          = hparams.n_ff(il);
 
         // the decoder block, named like the trunk's blocks
-        layer.attn_norm = m.create_tensor(tn(LLM_TENSOR_ATTN_NORM, "weight", il), {n_embd}, flags);
+        layer.attn_norm = m.create_tensor(tn(LLM_TENSOR_ATTN_NORM, "weight", il), { n_embd }, flags);
         m.create_tensor_qkv(layer, il, n_embd, n_embd_head_k * n_head, n_embd_k_gqa, n_embd_v_gqa, flags);
-        layer.wo = m.create_tensor(tn(LLM_TENSOR_ATTN_OUT, "weight", il), {n_embd_head_k * n_head, n_embd}, flags);
+        layer.wo = m.create_tensor(tn(LLM_TENSOR_ATTN_OUT, "weight", il), { n_embd_head_k * n_head, n_embd }, flags);
 
         if (m.arch == LLM_ARCH_LLAMA) {
-            layer.wo_b = m.create_tensor(tn(LLM_TENSOR_ATTN_OUT, "bias", il), {n_embd}, opt);
+            layer.wo_b = m.create_tensor(tn(LLM_TENSOR_ATTN_OUT, "bias", il), { n_embd }, opt);
         }
         if (m.arch == LLM_ARCH_QWEN3 || m.arch == LLM_ARCH_GEMMA3) {
-            layer.attn_q_norm = m.create_tensor(tn(LLM_TENSOR_ATTN_Q_NORM, "weight", il), {n_embd_head_k}, flags);
-            layer.attn_k_norm = m.create_tensor(tn(LLM_TENSOR_ATTN_K_NORM, "weight", il), {n_embd_head_k}, flags);
+            layer.attn_q_norm = m.create_tensor(tn(LLM_TENSOR_ATTN_Q_NORM, "weight", il), { n_embd_head_k }, flags);
+            layer.attn_k_norm = m.create_tensor(tn(LLM_TENSOR_ATTN_K_NORM, "weight", il), { n_embd_head_k }, flags);
         }
         if (m.arch == LLM_ARCH_GEMMA3) {
-            layer.attn_post_norm = m.create_tensor(tn(LLM_TENSOR_ATTN_POST_NORM, "weight", il), {n_embd}, flags);
+            layer.attn_post_norm = m.create_tensor(tn(LLM_TENSOR_ATTN_POST_NORM, "weight", il), { n_embd }, flags);
         }
 
-        layer.ffn_norm = m.create_tensor(tn(LLM_TENSOR_FFN_NORM, "weight", il), {n_embd},       flags);
-        layer.ffn_gate = m.create_tensor(tn(LLM_TENSOR_FFN_GATE, "weight", il), {n_embd,   n_ff}, flags);
-        layer.ffn_down = m.create_tensor(tn(LLM_TENSOR_FFN_DOWN, "weight", il), {  n_ff, n_embd}, flags);
-        layer.ffn_up   = m.create_tensor(tn(LLM_TENSOR_FFN_UP,   "weight", il), {n_embd,   n_ff}, flags);
+        layer.ffn_norm = m.create_tensor(tn(LLM_TENSOR_FFN_NORM, "weight", il), { n_embd }, flags);
+        layer.ffn_gate = m.create_tensor(tn(LLM_TENSOR_FFN_GATE, "weight", il), { n_embd, n_ff }, flags);
+        layer.ffn_down = m.create_tensor(tn(LLM_TENSOR_FFN_DOWN, "weight", il), { n_ff, n_embd }, flags);
+        layer.ffn_up   = m.create_tensor(tn(LLM_TENSOR_FFN_UP, "weight", il), { n_embd, n_ff }, flags);
 
         if (m.arch == LLM_ARCH_LLAMA) {
-            layer.ffn_gate_b = m.create_tensor(tn(LLM_TENSOR_FFN_GATE, "bias", il), {n_ff},   opt);
-            layer.ffn_down_b = m.create_tensor(tn(LLM_TENSOR_FFN_DOWN, "bias", il), {n_embd}, opt);
-            layer.ffn_up_b   = m.create_tensor(tn(LLM_TENSOR_FFN_UP,   "bias", il), {n_ff},   opt);
+            layer.ffn_gate_b = m.create_tensor(tn(LLM_TENSOR_FFN_GATE, "bias", il), { n_ff }, opt);
+            layer.ffn_down_b = m.create_tensor(tn(LLM_TENSOR_FFN_DOWN, "bias", il), { n_embd }, opt);
+            layer.ffn_up_b   = m.create_tensor(tn(LLM_TENSOR_FFN_UP, "bias", il), { n_ff }, opt);
         }
         if (m.arch == LLM_ARCH_GEMMA3) {
-            layer.ffn_post_norm = m.create_tensor(tn(LLM_TENSOR_FFN_POST_NORM, "weight", il), {n_embd}, flags);
+            layer.ffn_post_norm = m.create_tensor(tn(LLM_TENSOR_FFN_POST_NORM, "weight", il), { n_embd }, flags);
         }
 
         // the MTP wiring
-        layer.nextn.eh_proj          = m.create_tensor(tn(LLM_TENSOR_NEXTN_EH_PROJ,          "weight", il), {2 * n_embd, n_embd}, flags);
-        layer.nextn.enorm            = m.create_tensor(tn(LLM_TENSOR_NEXTN_ENORM,            "weight", il), {n_embd},             flags);
-        layer.nextn.hnorm            = m.create_tensor(tn(LLM_TENSOR_NEXTN_HNORM,            "weight", il), {n_embd},             flags);
-        layer.nextn.shared_head_norm = m.create_tensor(tn(LLM_TENSOR_NEXTN_SHARED_HEAD_NORM, "weight", il), {n_embd},             opt);
-        layer.nextn.shared_head_head = m.create_tensor(tn(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, "weight", il), {n_embd, n_vocab},    opt);
-        layer.nextn.embed_tokens     = m.create_tensor(tn(LLM_TENSOR_NEXTN_EMBED_TOKENS,     "weight", il), {n_embd, n_vocab},    opt);
+        layer.nextn.eh_proj =
+            m.create_tensor(tn(LLM_TENSOR_NEXTN_EH_PROJ, "weight", il), { 2 * n_embd, n_embd }, flags);
+        layer.nextn.enorm = m.create_tensor(tn(LLM_TENSOR_NEXTN_ENORM, "weight", il), { n_embd }, flags);
+        layer.nextn.hnorm = m.create_tensor(tn(LLM_TENSOR_NEXTN_HNORM, "weight", il), { n_embd }, flags);
+        layer.nextn.shared_head_norm =
+            m.create_tensor(tn(LLM_TENSOR_NEXTN_SHARED_HEAD_NORM, "weight", il), { n_embd }, opt);
+        layer.nextn.shared_head_head =
+            m.create_tensor(tn(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, "weight", il), { n_embd, n_vocab }, opt);
+        layer.nextn.embed_tokens =
+            m.create_tensor(tn(LLM_TENSOR_NEXTN_EMBED_TOKENS, "weight", il), { n_embd, n_vocab }, opt);
     }
 }
 
@@ -90,19 +94,19 @@ template <bool iswa>
 llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const llm_graph_params & params)
     : llm_graph_context(params) {
     const llm_arch arch = model.arch;
-    GGML_ASSERT((arch == LLM_ARCH_LLAMA || arch == LLM_ARCH_QWEN2 || arch == LLM_ARCH_QWEN3 || arch == LLM_ARCH_GEMMA3) &&
-                "dense MTP graph: unsupported architecture");
+    GGML_ASSERT(
+        (arch == LLM_ARCH_LLAMA || arch == LLM_ARCH_QWEN2 || arch == LLM_ARCH_QWEN3 || arch == LLM_ARCH_GEMMA3) &&
+        "dense MTP graph: unsupported architecture");
     GGML_ASSERT(hparams.n_layer_nextn > 0 && "dense MTP graph requires n_layer_nextn > 0");
-    GGML_ASSERT(cparams.nextn_layer_offset >= 0 &&
-                cparams.nextn_layer_offset < (int) hparams.n_layer_nextn &&
+    GGML_ASSERT(cparams.nextn_layer_offset >= 0 && cparams.nextn_layer_offset < (int) hparams.n_layer_nextn &&
                 "nextn_layer_offset out of range [0, n_layer_nextn)");
 
-    const int il = hparams.n_layer() + cparams.nextn_layer_offset;
+    const int    il    = hparams.n_layer() + cparams.nextn_layer_offset;
     const auto & layer = model.layers[il];
 
     GGML_ASSERT(layer.nextn.eh_proj && "MTP block missing nextn.eh_proj (was the model loaded with load_mtp?)");
-    GGML_ASSERT(layer.nextn.enorm   && "MTP block missing nextn.enorm");
-    GGML_ASSERT(layer.nextn.hnorm   && "MTP block missing nextn.hnorm");
+    GGML_ASSERT(layer.nextn.enorm && "MTP block missing nextn.enorm");
+    GGML_ASSERT(layer.nextn.hnorm && "MTP block missing nextn.hnorm");
 
     const int64_t n_embd_head = hparams.n_embd_head_v(il);
     GGML_ASSERT(n_embd_head == hparams.n_embd_head_k(il));
@@ -123,7 +127,7 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
     ggml_tensor * tok_embd;
     if (ubatch.token) {
         ggml_tensor * tok_embd_w = layer.nextn.embed_tokens ? layer.nextn.embed_tokens : model.tok_embd;
-        tok_embd = ggml_get_rows(ctx0, tok_embd_w, inp->tokens);
+        tok_embd                 = ggml_get_rows(ctx0, tok_embd_w, inp->tokens);
     } else {
         tok_embd = inp->embd;
     }
@@ -140,7 +144,7 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
     ggml_tensor * inp_pos     = build_inp_pos();
     ggml_tensor * inp_out_ids = build_inp_out_ids();
 
-    using inp_attn_type = std::conditional_t<iswa, llm_graph_input_attn_kv_iswa, llm_graph_input_attn_kv>;
+    using inp_attn_type      = std::conditional_t<iswa, llm_graph_input_attn_kv_iswa, llm_graph_input_attn_kv>;
     inp_attn_type * inp_attn = nullptr;
     if constexpr (iswa) {
         inp_attn = build_attn_inp_kv_iswa();
@@ -155,7 +159,7 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
     ggml_tensor * h_norm = build_norm(h_embd, layer.nextn.hnorm, nullptr, LLM_NORM_RMS, il);
     cb(h_norm, "mtp_hnorm", il);
 
-    ggml_tensor * concat = ggml_concat(ctx0, e_norm, h_norm, /*dim=*/ 0);
+    ggml_tensor * concat = ggml_concat(ctx0, e_norm, h_norm, /*dim=*/0);
     cb(concat, "mtp_concat", il);
 
     ggml_tensor * cur = build_lora_mm(layer.nextn.eh_proj, concat, layer.nextn.eh_proj_s);
@@ -182,12 +186,10 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
         // llama3-style rope frequency factors are one tensor shared by all layers
         ggml_tensor * rope_factors = arch == LLM_ARCH_LLAMA ? model.get_rope_factors(cparams, 0) : nullptr;
 
-        Qcur = ggml_rope_ext(ctx0, Qcur, inp_pos, rope_factors,
-                n_rot_l, rope_type, n_ctx_orig, freq_base, freq_scale,
-                ext_factor, attn_factor, beta_fast, beta_slow);
-        Kcur = ggml_rope_ext(ctx0, Kcur, inp_pos, rope_factors,
-                n_rot_l, rope_type, n_ctx_orig, freq_base, freq_scale,
-                ext_factor, attn_factor, beta_fast, beta_slow);
+        Qcur = ggml_rope_ext(ctx0, Qcur, inp_pos, rope_factors, n_rot_l, rope_type, n_ctx_orig, freq_base, freq_scale,
+                             ext_factor, attn_factor, beta_fast, beta_slow);
+        Kcur = ggml_rope_ext(ctx0, Kcur, inp_pos, rope_factors, n_rot_l, rope_type, n_ctx_orig, freq_base, freq_scale,
+                             ext_factor, attn_factor, beta_fast, beta_slow);
 
         if (arch == LLM_ARCH_LLAMA && hparams.use_kq_norm) {
             Qcur = ggml_rms_norm(ctx0, Qcur, hparams.f_norm_rms_eps);
@@ -204,20 +206,19 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
         }
         if (arch == LLM_ARCH_GEMMA3) {
             // like the trunk: Q is scaled, the attention itself is not
-            Qcur = ggml_scale(ctx0, Qcur, hparams.f_attention_scale);
+            Qcur     = ggml_scale(ctx0, Qcur, hparams.f_attention_scale);
             kq_scale = 1.0f;
         }
 
-        cur = build_attn(inp_attn,
-                layer.wo, layer.wo_b, layer.wo_s,
-                Qcur, Kcur, Vcur, nullptr, nullptr, nullptr, kq_scale, il);
+        cur = build_attn(inp_attn, layer.wo, layer.wo_b, layer.wo_s, Qcur, Kcur, Vcur, nullptr, nullptr, nullptr,
+                         kq_scale, il);
         cb(cur, "mtp_attn_out", il);
     }
 
     // masked mode (the MTP context): the rows without an output only feed the KV cache
     const bool all_rows = !cparams.embeddings_nextn_masked;
     if (!all_rows && inp_out_ids) {
-        cur   = ggml_get_rows(ctx0,   cur, inp_out_ids);
+        cur   = ggml_get_rows(ctx0, cur, inp_out_ids);
         inpSA = ggml_get_rows(ctx0, inpSA, inp_out_ids);
     }
 
@@ -232,12 +233,9 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
     cur = build_norm(ffn_inp, layer.ffn_norm, nullptr, LLM_NORM_RMS, il);
     cb(cur, "mtp_ffn_norm", il);
 
-    cur = build_ffn(cur,
-            layer.ffn_up,   layer.ffn_up_b,   layer.ffn_up_s,
-            layer.ffn_gate, layer.ffn_gate_b, layer.ffn_gate_s,
-            layer.ffn_down, layer.ffn_down_b, layer.ffn_down_s,
-            nullptr,
-            arch == LLM_ARCH_GEMMA3 ? LLM_FFN_GELU : LLM_FFN_SILU, LLM_FFN_PAR, il);
+    cur = build_ffn(cur, layer.ffn_up, layer.ffn_up_b, layer.ffn_up_s, layer.ffn_gate, layer.ffn_gate_b,
+                    layer.ffn_gate_s, layer.ffn_down, layer.ffn_down_b, layer.ffn_down_s, nullptr,
+                    arch == LLM_ARCH_GEMMA3 ? LLM_FFN_GELU : LLM_FFN_SILU, LLM_FFN_PAR, il);
     cb(cur, "mtp_ffn_out", il);
 
     if (arch == LLM_ARCH_GEMMA3) {
@@ -262,9 +260,9 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
     cb(cur, "mtp_shared_head_norm", -1);
 
     // logits = head . out
-    const bool own_head = layer.nextn.shared_head_head != nullptr;
-    ggml_tensor * head_w = own_head ? layer.nextn.shared_head_head   : model.output;
-    ggml_tensor * head_s = own_head ? layer.nextn.shared_head_head_s : model.output_s;
+    const bool    own_head = layer.nextn.shared_head_head != nullptr;
+    ggml_tensor * head_w   = own_head ? layer.nextn.shared_head_head : model.output;
+    ggml_tensor * head_s   = own_head ? layer.nextn.shared_head_head_s : model.output_s;
     GGML_ASSERT(head_w && "dense MTP graph: missing LM head (nextn.shared_head_head or output)");
     cur = build_lora_mm(head_w, cur, head_s);
 

@@ -90,7 +90,8 @@ bool mtp_slots::draft(llama_seq_id seq, llama_sampler * chain, llama_token id_la
     return true;
 }
 
-bool mtp_slots::set_heads(llama_context * ctx_mtp, const std::vector<llama_context *> & ctx_heads, const char * policy) {
+bool mtp_slots::set_heads(llama_context * ctx_mtp, const std::vector<llama_context *> & ctx_heads,
+                          const char * policy) {
     std::vector<llama_context *> all = { ctx_mtp };
     all.insert(all.end(), ctx_heads.begin(), ctx_heads.end());
     for (llama_mtp * m : mtps) {

@@ -35,9 +35,9 @@ struct mtp_slots {
     int32_t n_max = 0; // the most tokens a step drafts (the engines' and the recurrent state's cap)
 
   private:
-    std::vector<llama_mtp *>     mtps; // per seq_id
-    std::vector<llama_token>     out;
-    std::vector<llama_mtp_run>   runs;
-    std::vector<bool>            seen;
-    bool                         flush();
+    std::vector<llama_mtp *>   mtps; // per seq_id
+    std::vector<llama_token>   out;
+    std::vector<llama_mtp_run> runs;
+    std::vector<bool>          seen;
+    bool                       flush();
 };

@@ -28,7 +28,7 @@ bool server_mtp_autotune::choose(int32_t c) {
     if (a[0].n < n_warmup) {
         return false;
     }
-    const bool draft = a[1].tps >= a[0].tps;
+    const bool     draft  = a[1].tps >= a[0].tps;
     // re-measure the slower arm every 16th iteration when the two are close, rarely when it is far
     // behind (each such iteration costs in proportion to the gap): 16 * (best/slower)^4, <= 256
     const double   hi     = std::max(a[0].tps, a[1].tps);

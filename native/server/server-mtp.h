@@ -43,12 +43,12 @@ struct server_mtp_autotune {
 // What a request's MTP statistics came from: the engine, or (grammar / reasoning budget) the slot's
 // own speculative counters, since common_sampler_sample_and_accept_n verified its drafts.
 struct server_mtp_request {
-    std::string mode;            // resolved draft mode
-    std::string head_policy;     // head policy of the request
-    bool        engine_verified; // false: the grammar-aware sampler verified
-    int64_t     slot_drafted;
-    int64_t     slot_accepted;
-    int64_t     slot_steps;
+    std::string                   mode;            // resolved draft mode
+    std::string                   head_policy;     // head policy of the request
+    bool                          engine_verified; // false: the grammar-aware sampler verified
+    int64_t                       slot_drafted;
+    int64_t                       slot_accepted;
+    int64_t                       slot_steps;
     const std::vector<uint64_t> * slot_accepted_per_pos;
 };
 
