@@ -41,7 +41,7 @@ MTP_ARCHS = frozenset({
     "qwen35moe",
     "mimo2",
     "step35",
-    # dense archs without native MTP: pymtp's DeepSeek-style MTP block (patch 0003)
+    # dense archs without native MTP: pymtp's DeepSeek-style MTP block (native/models/dense-mtp.cpp)
     "llama",
     "qwen2",
     "qwen3",

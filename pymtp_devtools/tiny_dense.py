@@ -1,7 +1,7 @@
 """Tiny random-weight dense GGUFs (llama, qwen2, qwen3, gemma3) with a planted MTP head.
 
 These architectures ship without MTP; pymtp's patch 0003 gives them a DeepSeek-style
-MTP block (``blk.{n_layer}.*`` with ``nextn.*``, see src/models/dense-mtp.cpp) and
+MTP block (``blk.{n_layer}.*`` with ``nextn.*``, see native/models/dense-mtp.cpp) and
 patch 0004 loads it from a head-only sidecar GGUF. This module writes test models
 for both layouts from the same weights:
 

@@ -1,6 +1,6 @@
 """An independent numpy implementation of the dense-arch trunk and MTP block agrees with llama.cpp.
 
-For llama, qwen2, qwen3 and gemma3 (patch 0003), a tiny f32 GGUF is read back with the
+For llama, qwen2, qwen3 and gemma3 (native/models/dense-mtp.cpp), a tiny f32 GGUF is read back with the
 ``gguf`` package and run in numpy (float64): RoPE (normal / NeoX), GQA attention with a
 causal (and for gemma3's local layers, sliding-window) mask, RMS norms, q/k norms, biases,
 SiLU/GELU FFNs, gemma3's input scale, post norms and final logit softcap. That is compared

@@ -1,5 +1,5 @@
 """The base model's forward pass in torch, computed from its GGUF tensors as stored, and the
-MTP head (the contract with llama.cpp's dense MTP graph, src/models/dense-mtp.cpp).
+MTP head (the contract with llama.cpp's dense MTP graph, native/models/dense-mtp.cpp).
 
 What llama.cpp computes, and so what this computes:
 

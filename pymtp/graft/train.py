@@ -14,7 +14,7 @@ token). Only the head trains (AdamW, warmup + cosine, grad clip, bf16 autocast o
 teacher in fp32/TF32). Validation: top-1 agreement (head argmax == base argmax) per draft step
 on held-out sequences, at the drafted positions (agree) and at every position (agree_all).
 
-Several heads (--heads N > 1; the convention the native engine uses, src/models/dense-mtp.cpp
+Several heads (--heads N > 1; the convention the native engine uses, native/models/dense-mtp.cpp
 with llama_set_nextn_layer_offset(ctx, j)): head j is its own MTP block, stored at
 blk.{n_layer + j}. Head j's entry at position p pairs token x_p with g_{j-1}(p-1), where
 g_{-1} = the trunk's h (h_{p-1} above) and g_j(q) = head j's output hidden state at q
