@@ -58,7 +58,6 @@ class llama_model_params(C.Structure):
         ("no_host", C.c_bool),
         ("no_alloc", C.c_bool),
         ("load_mtp", C.c_bool),
-        ("mtp_head_path", C.c_char_p),   # patch 0004: head-only GGUF with the MTP layer(s), or None
     ]
 
 
@@ -156,6 +155,8 @@ _SIGNATURES = {
     "llama_context_default_params": (llama_context_params, []),
     "llama_sampler_chain_default_params": (llama_sampler_chain_params, []),
     "llama_model_load_from_file": (p_model, [C.c_char_p, llama_model_params]),
+    # pymtp (llama-mtp.h): a model plus a head-only GGUF with its MTP layer(s)
+    "llama_model_load_from_file_with_mtp_head": (p_model, [C.c_char_p, C.c_char_p, llama_model_params]),
     "llama_model_free": (None, [p_model]),
     "llama_init_from_model": (p_ctx, [p_model, llama_context_params]),
     "llama_free": (None, [p_ctx]),

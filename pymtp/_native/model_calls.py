@@ -16,15 +16,12 @@ from pathlib import Path
 from . import llama as L
 from .llama import LLAMA_CONTEXT_TYPE_DEFAULT, LLAMA_CONTEXT_TYPE_MTP, last_log_lines  # noqa: F401 (re-exported)
 
-# whether the bindings' llama_model_params carry mtp_head_path (a head-only GGUF loaded as a sidecar)
-HAS_MTP_HEAD_PATH = any(f[0] == "mtp_head_path" for f in L.llama_model_params._fields_)
-
-
 # --------------------------------------------------------------------------- models
 
 def load_model(path: str | Path, *, vocab_only: bool = False, n_gpu_layers: int | None = None,
                load_mtp: bool | None = None, mtp_head: str | Path | None = None):
-    """llama_model_load_from_file with these parameters (the rest llama.cpp's defaults).
+    """llama_model_load_from_file with these parameters (the rest llama.cpp's defaults); with mtp_head,
+    llama_model_load_from_file_with_mtp_head (the head-only GGUF loaded as a sidecar).
     Returns the model handle, or None when llama.cpp could not load it (last_log_lines() says why)."""
     lib = L.lib()
     mp = lib.llama_model_default_params()
@@ -35,7 +32,7 @@ def load_model(path: str | Path, *, vocab_only: bool = False, n_gpu_layers: int 
     if load_mtp is not None:
         mp.load_mtp = load_mtp
     if mtp_head is not None:
-        mp.mtp_head_path = str(mtp_head).encode()
+        return lib.llama_model_load_from_file_with_mtp_head(str(path).encode(), str(mtp_head).encode(), mp) or None
     return lib.llama_model_load_from_file(str(path).encode(), mp) or None
 
 

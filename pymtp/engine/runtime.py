@@ -96,7 +96,6 @@ class Runtime:
         self.model = self.ctx = self.ctx_mtp = self.engine = None
         self.ctx_heads: list = []               # MTP contexts of heads 1.. (multi-head drafting)
         self.mtp_head: Path | None = None      # the head file in use
-        self._mtp_head_arg = None              # keeps the C string alive while llama.cpp loads
         try:
             self._load(path, cfg)
         except BaseException:
@@ -127,10 +126,10 @@ class Runtime:
         mparams = self.lib.llama_model_default_params()
         mparams.n_gpu_layers = cfg.n_gpu_layers
         mparams.load_mtp = cfg.mtp != "off"  # MTP layers are loaded only when they may be used
-        self._mtp_head_arg = str(head).encode() if head is not None else None
-        mparams.mtp_head_path = self._mtp_head_arg
         L.clear_log_tail()  # a failure is explained by this load's log lines only
-        return self.lib.llama_model_load_from_file(str(path).encode(), mparams)
+        if head is None:
+            return self.lib.llama_model_load_from_file(str(path).encode(), mparams)
+        return self.lib.llama_model_load_from_file_with_mtp_head(str(path).encode(), str(head).encode(), mparams)
 
     def _load(self, path: Path, cfg: RuntimeConfig) -> None:
         lib = self.lib

@@ -110,14 +110,11 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
                  seqs=None) -> dict:
     """Torch vs llama.cpp on a grafted head: the target context's h_p (what the engine feeds the
     head), then the MTP context fed the teacher-forced pairs (x_p, h_{p-1}) of each sequence:
-    its logits and output hidden state. Needs a build with the dense MTP graph (patch 0003); the
-    head is loaded as a sidecar where the bindings know ``mtp_head_path`` (patch 0004), else
-    merged into a temporary copy of the base.
+    its logits and output hidden state. Needs a build with the dense MTP graph (native/models/dense-mtp.cpp); the
+    head is loaded as a sidecar (llama_model_load_from_file_with_mtp_head).
 
     With N > 1 heads in the file every head is compared (see the module docstring): the top-level
     numbers are the worst over the heads, ``per_head`` has each head's own."""
-    import tempfile
-
     import torch
 
     import pymtp
@@ -134,48 +131,40 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
     from pymtp.gguf_meta import read_info
 
     n_heads = max(1, read_info(head_path).n_mtp_layers)
-    sidecar = mc.HAS_MTP_HEAD_PATH
-    with tempfile.TemporaryDirectory(prefix="pymtp-check-") as tmp:
-        if sidecar:
-            load_path = base_path
-        else:
-            from .writer import merge_head
-
-            load_path = Path(tmp) / "merged.gguf"
-            merge_head(base_path, head_path, load_path)
-        model = mc.load_model(load_path, n_gpu_layers=0, load_mtp=True, mtp_head=head_path if sidecar else None)
-        if not model:
-            raise RuntimeError(f"llama.cpp could not load the head: {mc.last_log_lines()}")
-        try:
-            n_embd = mc.model_n_embd(model)
-            n_vocab = vocab_calls.n_tokens(mc.model_vocab(model))
-            ref = []
-            for seq in seqs:
-                ctx = mc.new_context(model, len(seq), n_threads)
+    # the head is loaded as a sidecar (llama_model_load_from_file_with_mtp_head)
+    model = mc.load_model(base_path, n_gpu_layers=0, load_mtp=True, mtp_head=head_path)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load the head: {mc.last_log_lines()}")
+    try:
+        n_embd = mc.model_n_embd(model)
+        n_vocab = vocab_calls.n_tokens(mc.model_vocab(model))
+        ref = []
+        for seq in seqs:
+            ctx = mc.new_context(model, len(seq), n_threads)
+            try:
+                mc.set_nextn_outputs(ctx, True, False)
+                mc.decode(ctx, seq, 0)
+                h = mc.nextn_rows(ctx, len(seq), n_embd)
+            finally:
+                mc.free_context(ctx)
+            per_head, g = [], h
+            for j in range(n_heads):
+                # head j, its own MTP context (its own KV): (x_p, g_{j-1}(p-1)), g_{-1} = h
+                mctx = mc.new_context(model, len(seq), n_threads, mtp=True)
                 try:
-                    mc.set_nextn_outputs(ctx, True, False)
-                    mc.decode(ctx, seq, 0)
-                    h = mc.nextn_rows(ctx, len(seq), n_embd)
+                    mc.set_nextn_outputs(mctx, True, False)
+                    if n_heads > 1:
+                        mc.set_nextn_layer(mctx, j)
+                    g_in = np.vstack([np.zeros((1, n_embd), np.float32), g[:-1]])
+                    mc.decode(mctx, seq, 0, g_in)
+                    logits = mc.logits_rows(mctx, len(seq), n_vocab)
+                    g = mc.nextn_rows(mctx, len(seq), n_embd)
+                    per_head.append((logits, g))
                 finally:
-                    mc.free_context(ctx)
-                per_head, g = [], h
-                for j in range(n_heads):
-                    # head j, its own MTP context (its own KV): (x_p, g_{j-1}(p-1)), g_{-1} = h
-                    mctx = mc.new_context(model, len(seq), n_threads, mtp=True)
-                    try:
-                        mc.set_nextn_outputs(mctx, True, False)
-                        if n_heads > 1:
-                            mc.set_nextn_layer(mctx, j)
-                        g_in = np.vstack([np.zeros((1, n_embd), np.float32), g[:-1]])
-                        mc.decode(mctx, seq, 0, g_in)
-                        logits = mc.logits_rows(mctx, len(seq), n_vocab)
-                        g = mc.nextn_rows(mctx, len(seq), n_embd)
-                        per_head.append((logits, g))
-                    finally:
-                        mc.free_context(mctx)
-                ref.append((h, per_head))
-        finally:
-            mc.free_model(model)
+                    mc.free_context(mctx)
+            ref.append((h, per_head))
+    finally:
+        mc.free_model(model)
 
     base_g = load_base(base_path, with_sha=False)
     base = BaseModel(base_g)
@@ -184,7 +173,7 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
     per = [{"max_abs_diff_mtp_logits": 0.0, "max_abs_diff_mtp_hidden": 0.0, "agree": 0}
            for _ in range(n_heads)]
     res = {"max_abs_diff_target_hidden": 0.0, "n_tokens": 0, "n_heads": n_heads,
-           "loaded_as": "sidecar" if sidecar else "merged"}
+           "loaded_as": "sidecar"}
     with torch.no_grad():
         for seq, (h_ref, heads_ref) in zip(seqs, ref):
             x = torch.tensor([seq])

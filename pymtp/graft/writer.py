@@ -1,6 +1,6 @@
 """Write a grafted MTP head as a head-only GGUF ("sidecar"), or merge it into the base.
 
-Head-only file (what llama.cpp loads next to the base, patch 0004), N heads (default 1):
+Head-only file (what llama.cpp loads next to the base: llama_model_load_from_file_with_mtp_head), N heads (default 1):
     general.architecture            the base's arch
     general.name
     <arch>.nextn_predict_layers     N
