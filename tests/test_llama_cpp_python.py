@@ -90,5 +90,6 @@ def test_llama_cpp_python_loads_pymtps_library(llama_cpp_python):
 def test_llama_cpp_python_offline_tests_pass(llama_cpp_python, its_tests):
     r = run_with_pymtp_lib(llama_cpp_python, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
                                               str(its_tests), *[str(its_tests / t) for t in OFFLINE_TESTS]], ROOT)
-    assert r.returncode == 0, f"llama-cpp-python's tests failed on pymtp's library:\n{r.stdout[-4000:]}{r.stderr[-2000:]}"
+    out = r.stdout[-4000:] + r.stderr[-2000:]
+    assert r.returncode == 0, f"llama-cpp-python's tests failed on pymtp's library:\n{out}"
     assert f"{len(OFFLINE_TESTS)} passed" in r.stdout
