@@ -19,6 +19,7 @@
 #include "llama-mtp-testing.h"
 #include "mtp-dist.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
