@@ -73,8 +73,8 @@ struct llama_mtp_stats {
 // The head must match the model (architecture, width, block count) and the model must have no MTP
 // layers of its own; a mismatch fails the load with "MTP head <file>: ..." in the log. (A function, not
 // a llama_model_params field: that struct stays as upstream has it, for every binding.)
-LLAMA_API struct llama_model * llama_model_load_from_file_with_mtp_head(const char * path_model,
-                                                                        const char * path_mtp_head,
+LLAMA_API struct llama_model * llama_model_load_from_file_with_mtp_head(const char *              path_model,
+                                                                        const char *              path_mtp_head,
                                                                         struct llama_model_params params);
 
 LLAMA_API struct llama_mtp_params llama_mtp_default_params(void);
