@@ -66,3 +66,14 @@ def model_pair(arch, tiny_model_path):
     yield on, off
     on.close()
     off.close()
+
+
+@pytest.fixture(scope="session")
+def vendor_script():
+    """scripts/vendor.py as a module: the pinned sdist (fetch_sdist, TREE_PREFIX) and pymtp's cache dir."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pymtp_vendor_script", Path(_ROOT) / "scripts" / "vendor.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -4,7 +4,6 @@ functions and headers), so every binding of this llama.cpp version works on pymt
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import tarfile
 from pathlib import Path
@@ -15,16 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PATCHED = ROOT / "vendor" / "llama.cpp" / "include" / "llama.h"
 
 
-def load_vendor_script():
-    spec = importlib.util.spec_from_file_location("pymtp_vendor_script", ROOT / "scripts" / "vendor.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
-def headers() -> tuple[str, str]:
-    vendor = load_vendor_script()
+def headers(vendor_script) -> tuple[str, str]:
+    vendor = vendor_script
     with tarfile.open(vendor.fetch_sdist(), "r:gz") as tar:  # the sha256-checked pinned sdist (cached)
         pristine = tar.extractfile(vendor.TREE_PREFIX + "include/llama.h").read().decode()
     assert PATCHED.is_file(), f"{PATCHED} is missing: the build (pip install .) prepares vendor/llama.cpp"

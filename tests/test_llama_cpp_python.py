@@ -7,7 +7,6 @@ pymtp's cache directory: about 20 s from the package registry."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -33,17 +32,10 @@ OFFLINE_TESTS = (
 )
 
 
-def vendor_script():
-    spec = importlib.util.spec_from_file_location("pymtp_vendor_script", ROOT / "scripts" / "vendor.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
-def llama_cpp_python() -> Path:
+def llama_cpp_python(vendor_script) -> Path:
     """A directory holding llama_cpp (no native build) and the packages its tests import."""
-    vendor = vendor_script()
+    vendor = vendor_script
     target = vendor.cache_dir() / f"llama-cpp-python-{VERSION}"
     if not (target / "llama_cpp" / "__init__.py").is_file():
         env = dict(os.environ, CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF")
@@ -56,9 +48,9 @@ def llama_cpp_python() -> Path:
 
 
 @pytest.fixture(scope="module")
-def its_tests(tmp_path_factory) -> Path:
+def its_tests(tmp_path_factory, vendor_script) -> Path:
     """llama-cpp-python's tests/ from its sdist (the pinned, checksummed one the build uses)."""
-    vendor = vendor_script()
+    vendor = vendor_script
     out = tmp_path_factory.mktemp("llama-cpp-python")
     prefix = f"llama_cpp_python-{VERSION}/tests/"
     with tarfile.open(vendor.fetch_sdist(), "r:gz") as tar:
