@@ -14,8 +14,13 @@ def test_bench_tiny_model(tiny_model_path, tmp_path, capsys):
     rc = main(["bench", str(tiny_model_path("glm4moe")), "--no-chat", "--limit", "3", "-n", "24",
                "--n-drafts", "1,3", "--threads", "1", "--json", str(out)])
     assert rc == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "greedy outputs identical across configurations (rp=1): yes" in text
+    # not a terminal: the progress comes as whole lines, never run together with \r
+    progress = [ln for ln in captured.err.splitlines() if ln.startswith("bench:")]
+    assert progress and progress[-1] == "bench: 9/9 runs" and "\r" not in captured.err
+    assert all(ln.count("bench:") == 1 for ln in progress)
     data = json.loads(out.read_text())
     rows = {r["config"]: r for r in data["results"]}
     assert set(rows) == {"off T=0 rp=1", "mtp greedy k=1 T=0 rp=1", "mtp greedy k=3 T=0 rp=1"}

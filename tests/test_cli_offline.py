@@ -237,6 +237,46 @@ def test_info_json(model_file, capsys):
     assert "pymtp graft" in data["mtp_reason"]
 
 
+def test_info_reports_the_head_found_next_to_the_model(model_file, tmp_path, capsys):
+    """A model without MTP layers plus <stem>.mtp.gguf: info says MTP runs, with that head."""
+    import shutil
+
+    from pymtp.default_model import SHIPPED_HEAD
+
+    model = tmp_path / "base.gguf"
+    shutil.copy(model_file, model)
+    shutil.copy(SHIPPED_HEAD, tmp_path / "base.mtp.gguf")
+    assert main(["info", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "MTP layers      0" in out
+    assert "yes: MTP head base.mtp.gguf (found next to the model), 1 MTP layer(s)" in out
+    assert main(["info", str(model), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["mtp_will_run"] is True
+    assert data["mtp_head"] == {"path": str(tmp_path / "base.mtp.gguf"), "source": "found next to the model",
+                                "n_mtp_layers": 1}
+
+
+def test_info_reports_the_shipped_head_of_the_built_in_model(model_file, monkeypatch, capsys):
+    from pymtp.default_model import SHIPPED_HEAD
+
+    monkeypatch.setattr(default_model, "default_model_path", lambda progress=True: model_file)
+    monkeypatch.setattr(default_model, "shipped_head_for", lambda path: SHIPPED_HEAD)
+    assert main(["info"]) == 0
+    assert f"yes: MTP head {SHIPPED_HEAD.name} (shipped with the built-in model), 1 MTP layer(s)" in \
+        capsys.readouterr().out
+
+
+def test_info_mtp_head_flag(model_file, tmp_path, capsys):
+    from pymtp.default_model import SHIPPED_HEAD
+
+    assert main(["info", str(model_file), "--mtp-head", str(SHIPPED_HEAD)]) == 0
+    assert "(--mtp-head), 1 MTP layer(s)" in capsys.readouterr().out
+    missing = tmp_path / "nope.mtp.gguf"
+    assert main(["info", str(model_file), "--mtp-head", str(missing)]) == 1
+    assert f"MTP head file not found: {missing}" in capsys.readouterr().err
+
+
 def test_info_missing_file(tmp_path, capsys):
     missing = tmp_path / "missing.gguf"
     assert main(["info", str(missing)]) == 1

@@ -142,16 +142,22 @@ def run(args) -> int:
         total = len(prompts) * len(configs)
         done = [0]
 
-        def progress():
+        tty = sys.stderr.isatty()
+
+        def progress():  # one updating line on a terminal; whole lines (every 10%) in a log or pipe
             done[0] += 1
-            print(f"\rbench: {done[0]}/{total} runs", end="", file=sys.stderr, flush=True)
+            if tty:
+                print(f"\rbench: {done[0]}/{total} runs", end="", file=sys.stderr, flush=True)
+            elif done[0] == total or done[0] % max(1, total // 10) == 0:
+                print(f"bench: {done[0]}/{total} runs", file=sys.stderr, flush=True)
 
         shared = common.sampling_kwargs(args)
         for key in ("temperature", "repeat_penalty", "seed", "draft"):
             shared.pop(key)
         seed = args.seed if args.seed is not None else 0
         aggs = run_interleaved(models, configs, prompts, shared, progress, seed=seed)
-        print(file=sys.stderr)
+        if tty:
+            print(file=sys.stderr)  # end the updating line
     finally:
         for m in models.values():
             m.close()

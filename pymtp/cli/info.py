@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from pymtp.cli import common
 
@@ -27,6 +28,9 @@ def register(subparsers) -> None:
                               description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=common.HelpFormatter)
     common.add_model_arg(p)
+    p.add_argument("--mtp-head", default=None, metavar="FILE",
+                   help="the head-only GGUF you would pass to generate/chat/serve (default: the head those "
+                        "commands find themselves: the built-in model's shipped head, or MODEL's <stem>.mtp.gguf)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     common.add_debug_flag(p, top_level=False)
     p.set_defaults(handler=run)
@@ -47,11 +51,34 @@ def human_count(n: int) -> str:
     return str(n)
 
 
-def info_dict(info, will_run: bool, reason: str) -> dict:
+def info_dict(info, will_run: bool, reason: str, head: dict | None = None) -> dict:
     d = info.to_dict()
     d["mtp_will_run"] = will_run
     d["mtp_reason"] = reason
+    d["mtp_head"] = head
     return d
+
+
+def head_in_use(model_path, info, head_arg: str | None) -> dict | None:
+    """The head-only GGUF generate/chat/serve would load for this model, as the engine finds it
+    (--mtp-head, the built-in model's shipped head, <stem>.mtp.gguf for a model without MTP layers),
+    with its MTP layer count; None when there is none."""
+    from pymtp.default_model import shipped_head_for
+    from pymtp.engine.runtime import sidecar_path
+    from pymtp.errors import ModelFileError
+    from pymtp.gguf_meta import read_info
+
+    if head_arg is not None:
+        path, source = Path(head_arg).expanduser(), "--mtp-head"
+        if not path.is_file():
+            raise ModelFileError(f"MTP head file not found: {path}")
+    elif (path := shipped_head_for(model_path)) is not None:
+        source = "shipped with the built-in model"
+    elif info.n_mtp_layers <= 0 and sidecar_path(model_path).is_file():
+        path, source = sidecar_path(model_path), "found next to the model"
+    else:
+        return None
+    return {"path": str(path), "source": source, "n_mtp_layers": read_info(path).n_mtp_layers}
 
 
 def info_lines(info, will_run: bool, reason: str) -> list[str]:
@@ -78,10 +105,15 @@ def info_lines(info, will_run: bool, reason: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from pymtp.gguf_meta import mtp_support, read_info
 
-    info = read_info(common.resolve_model_path(args.model))
+    path = common.resolve_model_path(args.model)
+    info = read_info(path)
     will_run, reason = mtp_support(info)
+    head = head_in_use(path, info, args.mtp_head)
+    if head is not None and head["n_mtp_layers"] > 0:
+        will_run, reason = True, (f"MTP head {Path(head['path']).name} ({head['source']}), "
+                                  f"{head['n_mtp_layers']} MTP layer(s)")
     if args.json:
-        print(json.dumps(info_dict(info, will_run, reason), indent=2))
+        print(json.dumps(info_dict(info, will_run, reason, head), indent=2))
     else:
         print("\n".join(info_lines(info, will_run, reason)))
     return 0
