@@ -22,6 +22,13 @@ extern "C" {
 // tokens are never accepted. n = 0 turns it off. Returns LLAMA_MTP_ERR_ARG for rates outside [0, 1].
 LLAMA_API int32_t llama_mtp_set_synthetic_rates(struct llama_mtp * mtp, const float * rates, int32_t n);
 
+// TESTS ONLY: pin the adaptive controller's cost model (a plain step plain_ms, a draft decode draft_ms,
+// each verified token beyond the first verify_extra_ms more) and stop it learning costs, so that its
+// choices depend on acceptance alone and a test can steer it. Acceptance is still learned. plain_ms <= 0
+// unpins (costs are learned again from scratch).
+LLAMA_API void llama_mtp_pin_adaptive_costs(struct llama_mtp * mtp, double plain_ms, double draft_ms,
+                                            double verify_extra_ms);
+
 #ifdef __cplusplus
 }
 #endif

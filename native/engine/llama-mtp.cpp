@@ -1,6 +1,7 @@
 // pymtp: the MTP engine's C API (native/include/llama-mtp.h). These functions check arguments and
 // orchestrate the parts of the engine (mtp-engine.h): the MTP KV writer, heads, drafting, verification.
 
+#include "llama-model.h" // llama_model::dev_output (where the MTP logits are computed)
 #include "mtp-engine.h"
 
 #include <algorithm>
@@ -46,7 +47,9 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
             delete m;
             return nullptr;
         }
-        m->batch_mtp = llama_batch_ext_init(ctx_mtp);
+        m->batch_mtp           = llama_batch_ext_init(ctx_mtp);
+        ggml_backend_dev_t dev = llama_get_model(ctx_mtp)->dev_output();
+        m->logits_on_host      = dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
         llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
         llama_set_embeddings_nextn(ctx_mtp, true, /*masked*/ true);
         llama_set_nextn_layer_offset(ctx_mtp, 0);
@@ -158,13 +161,22 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     if (m->ctx_mtp == nullptr || k < 0) {
         k = 0;
     }
+    if (m->ctx_mtp != nullptr && m->ctrl.on()) {
+        m->ctrl.load = 1;
+        k            = m->ctrl.plan(k); // the most this step drafts; it may stop earlier
+    }
+    int32_t rc = k > 0 ? m->flush_deferred() : LLAMA_MTP_OK;
+    if (rc != LLAMA_MTP_OK) {
+        return rc;
+    }
 
     // draft after id_last; the MTP KV entry of n_past, (id_last, h_{n_past-1}), is the teacher-forced one
-    int32_t rc = m->draft_at(n_past, m->id_last, m->h_at(n_past - 1), k, smpl, /*keep_first*/ true);
+    rc = m->draft_at(n_past, m->id_last, m->h_at(n_past - 1), k, smpl, /*keep_first*/ true);
     if (rc != LLAMA_MTP_OK) {
         return rc;
     }
     k = (int32_t) m->drafts.size();
+    m->ctrl.drafted(k);
 
     // verify: one target decode of [id_last, d_1..d_k] with logits everywhere
     std::vector<llama_token> & vt = m->verify_toks;
@@ -179,20 +191,27 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     m->stats.n_steps++;
 
     const int32_t n_out = m->verify(smpl, vt, k, out, 0);
+    m->ctrl.timed_target(k + 1, 1, mtp::ms_since(t0)); // the decode and the sampling of its rows
 
     // keep [id_last, accepted drafts] in the target; drop the rest
     if (n_out - 1 < k && !m->truncate_target_to(n_past + n_out)) {
         return LLAMA_MTP_ERR_STATE; // cannot roll back: never continue from a polluted context
     }
     m->tokens.insert(m->tokens.end(), vt.begin(), vt.begin() + n_out);
-    rc         = m->catch_up(vt.data(), n_out, n_past);
+    const auto t1 = mtp::clock_type::now();
+    rc            = m->catch_up(vt.data(), n_out, n_past);
+    if (n_out > 1 && m->ctrl.on() && !m->ctrl.pinned) {
+        m->ctrl.catchup.add(mtp::ms_since(t1));
+    }
     m->id_last = out[n_out - 1];
     return rc == LLAMA_MTP_OK ? n_out : rc;
 }
 
 void llama_mtp_set_draft_mode(llama_mtp * mtp, llama_mtp_draft_mode mode, uint32_t seed) {
     if (mtp) {
-        mtp->mode = mode == LLAMA_MTP_DRAFT_AUTO ? LLAMA_MTP_DRAFT_GREEDY : mode;
+        mtp->mode      = mode == LLAMA_MTP_DRAFT_AUTO ? LLAMA_MTP_DRAFT_GREEDY : mode;
+        // the controller keeps acceptance per mode (the test mode accepts like a stochastic one)
+        mtp->ctrl.mode = mtp->mode == LLAMA_MTP_DRAFT_GREEDY ? 0 : mtp->mode == LLAMA_MTP_DRAFT_CHAIN ? 1 : 2;
         // salted: the request's chain seeds its own RNG with the same seed, and the two streams must be
         // independent (identical streams correlate draft/verify draws with the first token's draw)
         std::seed_seq seq{ seed, 0x6d747021u };
@@ -230,6 +249,12 @@ int32_t llama_mtp_set_synthetic_rates(llama_mtp * m, const float * rates, int32_
     return LLAMA_MTP_OK;
 }
 
+void llama_mtp_pin_adaptive_costs(llama_mtp * m, double plain_ms, double draft_ms, double verify_extra_ms) {
+    if (m) {
+        m->ctrl.pin_costs(plain_ms, draft_ms, verify_extra_ms);
+    }
+}
+
 int32_t llama_mtp_n_past(const llama_mtp * mtp) {
     return mtp ? mtp->n_past() : 0;
 }
@@ -251,6 +276,7 @@ void llama_mtp_get_stats(const llama_mtp * mtp, llama_mtp_stats * out) {
 void llama_mtp_reset_stats(llama_mtp * mtp) {
     if (mtp) {
         mtp->stats = llama_mtp_stats{};
+        mtp->ctrl.reset_stats();
     }
 }
 
@@ -291,6 +317,9 @@ int32_t llama_mtp_peek_draft(llama_mtp * m, llama_token id_last, int32_t k, llam
     if (m->n_past() + k >= m->n_ctx) {
         return LLAMA_MTP_ERR_CTX_FULL;
     }
+    if (const int32_t rc_flush = m->flush_deferred(); rc_flush != LLAMA_MTP_OK) {
+        return rc_flush;
+    }
     const llama_pos p0 = m->n_past();
     GGML_ASSERT(llama_memory_seq_pos_max(m->mem_mtp(), m->params.seq_id) + 1 == p0 &&
                 "between steps the MTP KV ends where the target's does");
@@ -320,6 +349,8 @@ size_t llama_mtp_abi_sizeof(int32_t which) {
             return sizeof(llama_model_params);
         case 3:
             return sizeof(llama_context_params);
+        case 4:
+            return sizeof(llama_mtp_adaptive_stats);
         default:
             return 0;
     }
@@ -363,8 +394,10 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
         const auto & run = runs[r];
         run.mtp->truncate_mtp_to(run.p0);
         run.mtp->observe(run.toks, run.n_tokens, run.p0, h_all, run.row0);
-        if (run.mtp->write_now) {
+        if (run.mtp->write_now && !run.mtp->defers()) {
             now.push_back(run.mtp);
+        } else {
+            run.mtp->ctrl.n_deferred += run.n_tokens;
         }
     }
     // the sequences that catch up now share as few MTP decodes as fit a batch
@@ -384,8 +417,13 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     m->verify_toks.assign(1, id_last);
     m->drafts.clear();
     m->q.clear();
-    const int32_t k = std::min({ n_draft, m->k_max, m->n_ctx - 1 - (int32_t) pos });
+    int32_t k = std::min({ n_draft, m->k_max, m->n_ctx - 1 - (int32_t) pos });
+    if (m->ctx_mtp != nullptr && m->ctrl.on()) {
+        k = m->ctrl.plan(k); // at the load of the last reported decode
+    }
+    m->ctrl.pending = 1;
     if (m->ctx_mtp == nullptr || k <= 0) {
+        m->ctrl.drafted(0);
         return 0;
     }
     m->truncate_mtp_to(pos);
@@ -412,6 +450,8 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     }
     std::copy(m->drafts.begin(), m->drafts.end(), out);
     m->verify_toks.insert(m->verify_toks.end(), m->drafts.begin(), m->drafts.end());
+    m->ctrl.drafted((int32_t) m->drafts.size());
+    m->ctrl.pending = (int32_t) m->drafts.size() + 1;
     return (int32_t) m->drafts.size();
 }
 
@@ -437,8 +477,32 @@ void llama_mtp_set_catchup(llama_mtp * m, bool enabled) {
     }
 }
 
-void llama_mtp_add_verify_time(llama_mtp * m, double ms) {
-    if (m) {
+void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, double ms) {
+    if (m == nullptr || m->ctrl.pending <= 0) {
+        return;
+    }
+    if (m->ctrl.pending > 1) {
         m->stats.t_verify_ms += ms;
+    }
+    m->ctrl.timed_target(m->ctrl.pending, n_seqs, ms);
+    m->ctrl.pending = 0;
+}
+
+// ---- adaptive draft length ----
+
+int32_t llama_mtp_adaptive_default_max(void) {
+    return 8;
+}
+
+void llama_mtp_set_adaptive(llama_mtp * m, int32_t k_max) {
+    if (m) {
+        m->ctrl.k_max = std::clamp<int32_t>(k_max, 0, m->ctx_mtp ? m->k_max : 0);
+        m->ctrl.plain = false;
+    }
+}
+
+void llama_mtp_get_adaptive_stats(const llama_mtp * m, llama_mtp_adaptive_stats * out) {
+    if (m && out) {
+        m->ctrl.fill_stats(out);
     }
 }

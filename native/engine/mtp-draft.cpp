@@ -7,11 +7,21 @@
 #include "mtp-engine.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace {
 
 llama_token argmax(const float * logits, int32_t n_vocab) {
     return (llama_token) (std::max_element(logits, logits + n_vocab) - logits);
+}
+
+// softmax probability of the largest logit: the head's confidence in a greedy draft
+float top_prob(const float * logits, int32_t n_vocab, float max_logit) {
+    double sum = 0.0;
+    for (int32_t v = 0; v < n_vocab; ++v) {
+        sum += std::exp((double) (logits[v] - max_logit));
+    }
+    return (float) (1.0 / sum);
 }
 
 } // namespace
@@ -42,6 +52,7 @@ int32_t llama_mtp::draft_single(llama_pos p0, llama_token tok0, const float * h0
     h_draft.assign(h0, h0 + n_embd);
     int32_t rc = LLAMA_MTP_OK;
     for (int32_t i = 0; i < k; ++i) {
+        const auto t0 = mtp::clock_type::now();
         llama_batch_ext_clear(batch_mtp);
         if (!mtp::batch_add(batch_mtp, params.seq_id, tok, p0 + i, h_draft.data(), n_embd, true)) {
             rc = LLAMA_MTP_ERR_ARG;
@@ -54,12 +65,17 @@ int32_t llama_mtp::draft_single(llama_pos p0, llama_token tok0, const float * h0
         stats.n_draft_decodes++;
 
         tok = choose_draft(path, ctx_mtp, 0, i);
+        ctrl.timed_draft(mtp::ms_since(t0));
         if (tok == LLAMA_TOKEN_NULL) {
             break; // the chain left no candidate
         }
+        bool more = true;
+        if (!keep_draft(i, &more)) {
+            break; // the controller expects this draft not to pay
+        }
         drafts.push_back(tok);
-        if (llama_vocab_is_eog(vocab, tok)) {
-            break; // nothing worth drafting after the end
+        if (llama_vocab_is_eog(vocab, tok) || !more) {
+            break; // nothing worth drafting after the end, or the next draft is not expected to pay
         }
         const float * h = llama_get_embeddings_nextn_ith(ctx_mtp, 0);
         std::memcpy(h_draft.data(), h, sizeof(float) * n_embd);
@@ -83,6 +99,7 @@ int32_t llama_mtp::draft_multi(llama_pos p0, llama_token tok0, const float * h0,
     std::fill(round_n.begin(), round_n.end(), 0);
     int32_t rc = LLAMA_MTP_OK;
     for (int32_t i = 0; i < k; ++i) {
+        const auto        t0     = mtp::clock_type::now();
         const int32_t     j      = head_of_step(i);
         const int32_t     feeder = feeder_of(j);
         llama_batch_ext * b      = head_batch[j];
@@ -118,11 +135,16 @@ int32_t llama_mtp::draft_multi(llama_pos p0, llama_token tok0, const float * h0,
         round_n[j] = i + 1;
 
         const llama_token tok = choose_draft(path, heads[j], n_rows - 1, i);
+        ctrl.timed_draft(mtp::ms_since(t0));
         if (tok == LLAMA_TOKEN_NULL) {
             break; // the chain left no candidate
         }
+        bool more = true;
+        if (!keep_draft(i, &more)) {
+            break;
+        }
         drafts.push_back(tok);
-        if (llama_vocab_is_eog(vocab, tok)) {
+        if (llama_vocab_is_eog(vocab, tok) || !more) {
             break;
         }
     }
@@ -169,7 +191,10 @@ void llama_mtp::set_backend_greedy(bool on) {
 // clone of the request's chain, advanced along the draft path only. The caller frees it.
 llama_sampler * llama_mtp::draft_path(llama_sampler * smpl) {
     llama_sampler * path = mode == LLAMA_MTP_DRAFT_GREEDY || smpl == nullptr ? nullptr : llama_sampler_clone(smpl);
-    set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off);
+    // on the CPU the logits are on the host anyway: with the controller on, the host argmax also gives
+    // the head's confidence (the softmax top) for nothing but a pass over the vocabulary
+    set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off &&
+                       !(ctrl.on() && logits_on_host));
     return path;
 }
 
@@ -181,8 +206,16 @@ llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, i
     if (peek_logits) {
         std::memcpy(peek_logits + (size_t) i * n_vocab, logits, sizeof(float) * n_vocab);
     }
+    draft_conf = -1.0f;
     if (path == nullptr) {
-        return backend_greedy_on ? llama_get_sampled_token_ith(ctx, row) : argmax(logits, n_vocab);
+        if (backend_greedy_on) {
+            return llama_get_sampled_token_ith(ctx, row); // the argmax only: confidence unknown
+        }
+        const llama_token tok = argmax(logits, n_vocab);
+        if (ctrl.on()) {
+            draft_conf = top_prob(logits, n_vocab, logits[tok]);
+        }
+        return tok;
     }
     q.emplace_back();
     q.back().from_chain(path, logits, n_vocab);
@@ -192,6 +225,20 @@ llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, i
         q.pop_back();
         return tok;
     }
+    // the top of q, not q(tok): in stochastic mode whether a draft stays must not depend on which token
+    // was drawn (only on q), or the kept drafts would no longer be draws from q and rejection sampling
+    // would lose its exactness; q is a function of the drafts before it, so this is safe
+    draft_conf = q.back().prob(q.back().argmax());
     llama_sampler_accept(path, tok);
     return tok;
+}
+
+bool llama_mtp::keep_draft(int32_t i, bool * more) {
+    if (ctrl.keep(i, draft_conf, more)) {
+        return true;
+    }
+    if ((int32_t) q.size() > i) {
+        q.resize(i); // the dropped draft's distribution goes with it
+    }
+    return false;
 }

@@ -14,9 +14,11 @@
 //   mtp-verify.cpp     verification: exact match, rejection sampling, synthetic acceptance
 //   mtp-dist.cpp       distributions of a sampler chain (p, q) and the residual draw
 //   mtp-names.cpp      the one vocabulary of options (draft modes, head policies, limits, "auto")
+//   mtp-adaptive.cpp   the adaptive draft controller: how many tokens each step drafts (0..k_max)
 
 #include "llama-mtp.h"
 #include "llama-mtp-testing.h"
+#include "mtp-adaptive.h"
 #include "mtp-dist.h"
 
 #include <algorithm>
@@ -170,7 +172,12 @@ struct llama_mtp {
     std::vector<llama_sampler *> backend_samplers; // greedy argmax on the backend, one per MTP context
     bool                         backend_greedy_on  = false;
     bool                         backend_greedy_off = false;   // not offloadable here: argmax on the host
+    bool                         logits_on_host     = false;   // the MTP logits are computed on the CPU
     float *                      peek_logits        = nullptr; // llama_mtp_peek_draft: each step's MTP logits
+    float                        draft_conf         = -1.0f;   // the head's confidence in the last draft (< 0: unknown)
+
+    // ---- adaptive draft length (mtp-adaptive.cpp) ----
+    mtp::controller ctrl;
 
     // ---- verification (mtp-verify.cpp) ----
     mtp_dist                 p;           // target distribution at the position being verified
@@ -199,8 +206,13 @@ struct llama_mtp {
     bool           truncate_target_to(llama_pos p);
     // the target decodes toks[0..n) at positions p0..; logits for all rows or only the last
     int32_t        decode_target(const llama_token * toks, int32_t n, llama_pos p0, bool all_logits, bool last_logits);
-    // own loop: after a target decode of toks at p0.., write their MTP entries now
+    // own loop: after a target decode of toks at p0.., write their MTP entries (or queue them while the
+    // controller defers the catch-up)
     int32_t        catch_up(const llama_token * toks, int32_t n, llama_pos p0);
+    // write the entries deferred while plain decoding led: the MTP KV must be complete before a draft
+    int32_t        flush_deferred();
+    // whether observed entries wait in the queue (the controller defers and the queue is not full)
+    bool           defers() const { return ctrl.defer_catchup() && queue.size() < mtp::controller::QUEUE; }
 
     // -- heads (mtp-heads.cpp) --
     bool           multi() const { return heads.size() > 1; }
@@ -220,6 +232,8 @@ struct llama_mtp {
     int32_t         draft_multi(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path);
     llama_sampler * draft_path(llama_sampler * smpl);
     llama_token     choose_draft(llama_sampler * path, llama_context * ctx, int32_t row, int32_t i);
+    // after choose_draft: ask the controller whether draft i stays and whether another follows
+    bool            keep_draft(int32_t i, bool * more);
     void            set_backend_greedy(bool on);
 
     // -- verification (mtp-verify.cpp) --

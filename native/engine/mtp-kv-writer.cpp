@@ -109,6 +109,20 @@ int32_t llama_mtp::catch_up(const llama_token * toks, int32_t n, llama_pos p0) {
     }
     const auto t0 = mtp::clock_type::now();
     observe(toks, n, p0, llama_get_embeddings_nextn(ctx_tgt), 0);
+    if (defers()) {
+        ctrl.n_deferred += n;
+        return LLAMA_MTP_OK; // written in one batch before the next draft (or once the queue is full)
+    }
+    const int32_t rc = write_queued({ this });
+    stats.t_catchup_ms += mtp::ms_since(t0);
+    return rc;
+}
+
+int32_t llama_mtp::flush_deferred() {
+    if (ctx_mtp == nullptr || queue.empty()) {
+        return LLAMA_MTP_OK;
+    }
+    const auto    t0 = mtp::clock_type::now();
     const int32_t rc = write_queued({ this });
     stats.t_catchup_ms += mtp::ms_since(t0);
     return rc;

@@ -21,6 +21,7 @@ int32_t llama_mtp::verify(llama_sampler * smpl, const std::vector<llama_token> &
         stats.drafted_per_pos[i]++;
     }
     stats.t_sample_ms += mtp::ms_since(t0);
+    ctrl.verified(k, n_out - 1);
     stats.n_drafted += k;
     stats.n_accepted += n_out - 1;
     stats.n_generated += n_out;

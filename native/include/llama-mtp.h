@@ -178,8 +178,46 @@ LLAMA_API int32_t llama_mtp_verify(struct llama_mtp * mtp, struct llama_sampler 
 // stays complete.
 LLAMA_API void llama_mtp_set_catchup(struct llama_mtp * mtp, bool enabled);
 
-// Adds the caller-measured time of target decodes that verified drafts to the stats.
-LLAMA_API void llama_mtp_add_verify_time(struct llama_mtp * mtp, double ms);
+// ---- Adaptive draft length ----
+// With the controller on, each step drafts between 0 (a plain decode) and k_max tokens, whatever it
+// expects to emit the most tokens per second: it learns on the running machine what a plain step, a
+// draft decode and a verify of n tokens cost, and how often each draft position is accepted (per draft
+// mode, and per bucket of the head's confidence in the draft), and stops a draft early where the next
+// token is unlikely to pay. While plain decoding measures faster it defers the MTP catch-up and
+// re-probes now and then. Output never depends on it (drafting only changes speed). The n_draft a step
+// is given (llama_mtp_step, llama_mtp_draft) stays a cap. Learned estimates survive
+// llama_mtp_reset_stats and llama_mtp_clear; the counters of what it did reset with the stats.
+
+// The default maximum draft length of the adaptive controller (a user's "auto").
+LLAMA_API int32_t llama_mtp_adaptive_default_max(void);
+
+// k_max > 0: the controller chooses each step's draft length in 0..k_max (clamped to
+// llama_mtp_max_draft); 0: off, every step drafts the n_draft it is given (the default).
+LLAMA_API void llama_mtp_set_adaptive(struct llama_mtp * mtp, int32_t k_max);
+
+// Caller-decoded targets: the target decode holding this sequence's [id_last, drafts of the last
+// llama_mtp_draft] (or only id_last when it drafted nothing) took ms, with n_seqs sequences generating in
+// that batch. Feeds the controller's cost model, and the verify time of the stats when it held drafts.
+// Report only decodes without prompt tokens (those do not cost what a generation step costs).
+LLAMA_API void llama_mtp_report_decode(struct llama_mtp * mtp, int32_t n_seqs, double ms);
+
+struct llama_mtp_adaptive_stats {
+    int32_t k_max;                                // 0: the controller is off
+    int32_t load;                                 // sequences generating in the last target batch
+    int64_t steps_per_k[LLAMA_MTP_MAX_DRAFT + 1]; // steps that drafted k tokens (k = 0: plain decodes)
+    int64_t n_probes;                             // steps that drafted to re-measure while plain decoding led
+    int64_t n_cut;                                // drafts dropped as unlikely to pay (confidence, cost)
+    int64_t n_deferred;                           // MTP rows whose writing waited (plain decoding led)
+    double  t_draft_ms;                           // estimate: one draft decode
+    double  t_target_ms[LLAMA_MTP_MAX_DRAFT + 1]; // estimate: target decode + sampling of n = i + 1 tokens,
+                                                  // per sequence ([0]: a plain step)
+    float   accept[LLAMA_MTP_MAX_DRAFT];          // estimate: P(draft i accepted | the drafts before it were)
+    int32_t k_best;                               // the fixed draft length these estimates favour now
+    double  speedup;                              // its expected speed relative to plain decoding
+};
+
+// What the controller did since the last llama_mtp_reset_stats, and its current estimates.
+LLAMA_API void llama_mtp_get_adaptive_stats(const struct llama_mtp * mtp, struct llama_mtp_adaptive_stats * out);
 
 // ---- Multi-head MTP (several MTP blocks: Step-3.5, MiMo-V2, HY-V3, `pymtp graft --heads N`, ...) ----
 // Head j at position p reads token x_p and head j-1's output state at p-1 (head 0: the target's
@@ -242,7 +280,8 @@ LLAMA_API int32_t llama_mtp_head_policy_from_name(const char * name);
 LLAMA_API const char * llama_mtp_head_policy_choices(void);
 
 // ABI check for bindings: sizeof of the public structs they mirror.
-// which: 0 llama_mtp_params, 1 llama_mtp_stats, 2 llama_model_params, 3 llama_context_params
+// which: 0 llama_mtp_params, 1 llama_mtp_stats, 2 llama_model_params, 3 llama_context_params,
+// 4 llama_mtp_adaptive_stats
 LLAMA_API size_t llama_mtp_abi_sizeof(int32_t which);
 
 #ifdef __cplusplus

@@ -2,62 +2,6 @@
 
 #include "server-mtp.h"
 
-#include "log.h"
-
-#include <algorithm>
-#include <cmath>
-
-void server_mtp_autotune::init(int32_t n_slots) {
-    arms.assign(n_slots + 1, {});
-    best.assign(n_slots + 1, -1);
-}
-
-bool server_mtp_autotune::decided(int32_t c) const {
-    return c > 0 && c < (int32_t) arms.size() && arms[c][0].n >= n_warmup && arms[c][1].n >= n_warmup;
-}
-
-bool server_mtp_autotune::choose(int32_t c) {
-    if (c <= 0 || c >= (int32_t) arms.size()) {
-        return true;
-    }
-    const auto & a = arms[c];
-    iter++;
-    if (a[1].n < n_warmup) {
-        return true;
-    }
-    if (a[0].n < n_warmup) {
-        return false;
-    }
-    const bool     draft  = a[1].tps >= a[0].tps;
-    // re-measure the slower arm every 16th iteration when the two are close, rarely when it is far
-    // behind (each such iteration costs in proportion to the gap): 16 * (best/slower)^4, <= 256
-    const double   hi     = std::max(a[0].tps, a[1].tps);
-    const double   slower = std::max(1e-9, std::min(a[0].tps, a[1].tps));
-    const uint64_t every  = (uint64_t) std::min(256.0, 16.0 * std::pow(hi / slower, 4.0));
-    return iter % std::max<uint64_t>(every, 16) == 0 ? !draft : draft;
-}
-
-void server_mtp_autotune::update(int32_t c, bool draft, int32_t n_tokens, double secs) {
-    if (c <= 0 || c >= (int32_t) arms.size() || secs <= 0.0 || n_tokens <= 0) {
-        return;
-    }
-    auto & a = arms[c][draft ? 1 : 0];
-    a.n++;
-    const double w = a.n <= n_warmup ? 1.0 / a.n : 0.1;
-    a.tok += w * (n_tokens - a.tok);
-    a.secs += w * (secs - a.secs);
-    a.tps          = a.tok / a.secs;
-    const auto & b = arms[c];
-    if (b[0].n >= n_warmup && b[1].n >= n_warmup) {
-        const int8_t now = b[1].tps >= b[0].tps ? 1 : 0;
-        if (now != best[c]) {
-            best[c] = now;
-            LOG_INF("srv  MTP adaptive: %d generating slot(s): drafting %.1f tok/s, plain %.1f tok/s -> %s\n", c,
-                    b[1].tps, b[0].tps, now ? "drafting" : "plain decoding");
-        }
-    }
-}
-
 common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request & req) {
     llama_mtp_stats st{};
     llama_mtp_get_stats(mtp, &st);
@@ -75,6 +19,36 @@ common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request &
             per_pos.push_back(n_steps > 0 ? (double) a / (double) n_steps : 0.0);
         }
     }
+    common_json adaptive = nullptr;
+    if (mtp != nullptr) {
+        llama_mtp_adaptive_stats as{};
+        llama_mtp_get_adaptive_stats(mtp, &as);
+        if (as.k_max > 0) {
+            common_json steps = common_json::array();
+            int64_t     total = 0;
+            for (int k = 0; k <= as.k_max; ++k) {
+                steps.push_back(as.steps_per_k[k]);
+                total += as.steps_per_k[k];
+            }
+            common_json accept = common_json::array();
+            for (int i = 0; i < as.k_max; ++i) {
+                accept.push_back(as.accept[i]);
+            }
+            adaptive = common_json{
+                { "max_draft", as.k_max },
+                { "steps_per_draft_length", steps },
+                { "plain_share", total > 0 ? (double) as.steps_per_k[0] / (double) total : 0.0 },
+                { "probes", as.n_probes },
+                { "cut", as.n_cut },
+                { "busy_slots", as.load },
+                { "est_plain_ms", as.t_target_ms[0] },
+                { "est_draft_ms", as.t_draft_ms },
+                { "est_accept", accept },
+                { "best_fixed_draft", as.k_best },
+                { "est_speedup", as.speedup },
+            };
+        }
+    }
     return common_json{
         { "mode", req.mode },
         { "heads", mtp ? llama_mtp_n_heads(mtp) : 0 },
@@ -88,5 +62,6 @@ common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request &
         { "draft_ms", st.t_draft_ms },
         { "verify_ms", st.t_verify_ms + st.t_sample_ms },
         { "catchup_ms", st.t_catchup_ms },
+        { "adaptive", adaptive },
     };
 }

@@ -1,0 +1,241 @@
+// pymtp: the adaptive draft controller (see mtp-adaptive.h for the model and the rules).
+
+#include "mtp-adaptive.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mtp {
+
+double controller::target_cost(int32_t n) const {
+    const int32_t l   = std::clamp(load, 1, LOADS);
+    const auto &  row = target[l - 1];
+    n                 = std::clamp(n, 1, K + 1);
+    auto known        = [&](int32_t j) { return j >= 1 && j <= K + 1 && row[j - 1].n > 0; };
+    if (known(n)) {
+        return row[n - 1].v / l;
+    }
+    // the nearest measured sizes below and above n
+    int32_t lo = n - 1;
+    while (lo >= 1 && !known(lo)) {
+        lo--;
+    }
+    int32_t hi = n + 1;
+    while (hi <= K + 1 && !known(hi)) {
+        hi++;
+    }
+    double t = 0.0;
+    if (lo >= 1 && hi <= K + 1) {
+        t = row[lo - 1].v + (row[hi - 1].v - row[lo - 1].v) * (n - lo) / (double) (hi - lo);
+    } else if (lo >= 1) {
+        // extend the slope of the two largest measured sizes, or the prior slope from one
+        int32_t lo2 = lo - 1;
+        while (lo2 >= 1 && !known(lo2)) {
+            lo2--;
+        }
+        const double t1    = known(1) ? row[0].v : row[lo - 1].v;
+        const double slope = lo2 >= 1 ? (row[lo - 1].v - row[lo2 - 1].v) / (double) (lo - lo2) : PRIOR_DV * t1;
+        t                  = row[lo - 1].v + std::max(0.0, slope) * (n - lo);
+    } else if (hi <= K + 1) {
+        t = row[hi - 1].v * (1.0 + PRIOR_DV * (n - 1)) / (1.0 + PRIOR_DV * (hi - 1));
+    }
+    return t / l;
+}
+
+double controller::draft_cost() const {
+    return draft.n > 0 ? draft.v : PRIOR_D * target_cost(1) * std::clamp(load, 1, LOADS);
+}
+
+double controller::accept(int32_t i, float c) const {
+    i        = std::clamp(i, 0, K - 1);
+    // a position seldom reached leans on the one before it (then on PRIOR_A)
+    double a = PRIOR_A;
+    for (int32_t j = 0; j <= i; ++j) {
+        a = acc[mode][j].get(a, PRIOR_W);
+    }
+    if (c < 0.0f) {
+        return a;
+    }
+    const int32_t b = std::clamp((int32_t) (c * BINS), 0, BINS - 1);
+    return cal[mode][i][b].get(a, 4.0); // shrunk towards the position's rate while the bucket is young
+}
+
+double controller::ratio(int32_t k) const {
+    const double t1 = target_cost(1);
+    if (t1 <= 0.0) {
+        return 0.0;
+    }
+    if (k <= 0) {
+        return 1.0 / t1;
+    }
+    const double d = draft_cost();
+    const double w = catchup.n > 0 ? catchup.v : 0.0;
+    double       e = 1.0;
+    double       p = 1.0;
+    for (int32_t i = 0; i < k; ++i) {
+        p *= accept(i, -1.0f);
+        e += p;
+    }
+    return e / (k * d + target_cost(k + 1) + w * accept(0, -1.0f));
+}
+
+int32_t controller::plan(int32_t k_cap) {
+    probing = false;
+    plain   = false;
+    p_all   = 1.0;
+    conf.clear();
+    if (!on()) {
+        return k_cap;
+    }
+    k_cap = std::min(k_cap, k_max);
+    if (k_cap <= 0 || target_cost(1) <= 0.0) {
+        plain = true; // nothing to draft, or the plain cost is not measured yet: a plain step measures it
+        rate  = 0.0;
+        return 0;
+    }
+    int32_t best_k  = 0;
+    double  best    = ratio(0);
+    int32_t probe_k = 0;
+    double  probe   = 0.0;
+    for (int32_t k = 1; k <= k_cap; ++k) {
+        const double r = ratio(k);
+        if (r > best) {
+            best   = r;
+            best_k = k;
+        }
+        if (r > probe) {
+            probe   = r;
+            probe_k = k;
+        }
+    }
+    rate = best;
+    if (best_k > 0) {
+        plain_run = 0;
+        return k_cap; // keep() decides where the draft stops
+    }
+    // plain decoding leads: re-probe the best draft length now and then, every 16 plain steps when the
+    // two are close, rarely when drafting is far behind (each probe costs in proportion to the gap); a
+    // draft cost timed only once or twice (a cold first decode) is re-timed soon whatever the gap
+    plain               = true;
+    const double gap    = best / std::max(probe, 1e-12);
+    const double cap    = 16.0 * std::pow(4.0, (double) std::min<int64_t>(draft.n, 3));
+    const double period = std::min(cap, 16.0 * std::pow(gap, 8.0));
+    if (probe_k > 0 && ++plain_run >= period) {
+        plain_run = 0;
+        plain     = false;
+        probing   = true;
+        rate      = probe;
+        n_probes++;
+        return probe_k;
+    }
+    return 0;
+}
+
+bool controller::keep(int32_t i, float c, bool * more) {
+    *more = true;
+    if (!on()) {
+        return true;
+    }
+    const double p = p_all * accept(i, c);
+    if (!probing) {
+        // a kept draft costs the extra verify row; it pays with probability p
+        const double dv = std::max(0.0, target_cost(i + 2) - target_cost(i + 1));
+        if (p < rate * dv) {
+            n_cut++;
+            *more = false;
+            return false;
+        }
+        // the next draft costs a draft decode and its verify row; it pays if it is accepted too
+        const double p_next = p * accept(i + 1, -1.0f);
+        const double c_next = draft_cost() + std::max(0.0, target_cost(i + 3) - target_cost(i + 2));
+        *more               = p_next >= rate * c_next;
+    }
+    p_all = p;
+    conf.push_back(c);
+    return true;
+}
+
+void controller::drafted(int32_t k) {
+    steps_k[std::clamp(k, 0, K)]++;
+    if (on() && k == 0) {
+        plain = !probing;
+    }
+}
+
+void controller::verified(int32_t k, int32_t n_acc) {
+    if (!on() || k <= 0) {
+        return;
+    }
+    // P(draft i accepted | drafts before it accepted) is observed for i <= n_acc
+    for (int32_t i = 0; i < std::min(k, n_acc + 1) && i < K; ++i) {
+        const bool ok = i < n_acc;
+        acc[mode][i].add(ok, KEEP);
+        const float c = i < (int32_t) conf.size() ? conf[i] : -1.0f;
+        if (c >= 0.0f) {
+            cal[mode][i][std::clamp((int32_t) (c * BINS), 0, BINS - 1)].add(ok, KEEP);
+        }
+    }
+}
+
+void controller::timed_target(int32_t n, int32_t n_load, double ms) {
+    if (!on() || pinned || n < 1 || n > K + 1 || n_load < 1 || !(ms > 0.0)) {
+        return;
+    }
+    load = std::min(n_load, LOADS);
+    target[load - 1][n - 1].add(ms);
+}
+
+void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra_ms) {
+    for (auto & row : target) {
+        for (auto & t : row) {
+            t = running_mean{};
+        }
+    }
+    draft   = running_mean{};
+    catchup = running_mean{};
+    pinned  = plain_ms > 0.0;
+    if (!pinned) {
+        return;
+    }
+    for (int32_t n = 1; n <= K + 1; ++n) {
+        target[0][n - 1] = running_mean{ plain_ms + verify_extra_ms * (n - 1), 1000 };
+    }
+    draft = running_mean{ draft_ms, 1000 };
+    load  = 1;
+}
+
+void controller::reset_stats() {
+    std::fill(std::begin(steps_k), std::end(steps_k), 0);
+    n_probes   = 0;
+    n_cut      = 0;
+    n_deferred = 0;
+}
+
+void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
+    *out       = llama_mtp_adaptive_stats{};
+    out->k_max = k_max;
+    out->load  = load;
+    std::copy(std::begin(steps_k), std::end(steps_k), out->steps_per_k);
+    out->n_probes   = n_probes;
+    out->n_cut      = n_cut;
+    out->n_deferred = n_deferred;
+    out->t_draft_ms = draft_cost();
+    for (int32_t n = 1; n <= K + 1; ++n) {
+        out->t_target_ms[n - 1] = target_cost(n);
+    }
+    for (int32_t i = 0; i < K; ++i) {
+        out->accept[i] = (float) accept(i, -1.0f);
+    }
+    const double plain_ratio = ratio(0);
+    double       best        = plain_ratio;
+    out->k_best              = 0;
+    for (int32_t k = 1; k <= k_max; ++k) {
+        if (ratio(k) > best) {
+            best        = ratio(k);
+            out->k_best = k;
+        }
+    }
+    out->speedup = plain_ratio > 0.0 ? best / plain_ratio : 0.0;
+}
+
+} // namespace mtp

@@ -1,0 +1,130 @@
+#pragma once
+
+// pymtp: the adaptive draft controller. Each step it decides how many tokens to draft, from 0 (a plain
+// decode) up to a maximum, and may stop drafting early within the step. It maximises expected tokens
+// per unit of time from two models it learns while running:
+//
+//   cost        per sequence of a target batch: T(n), the target decode (and sampling) when this sequence
+//               puts n tokens in the batch, one table per load (sequences in the batch; the engine's own
+//               loop is load 1, llama-server reports its busy slots); D, one draft decode; W, the MTP
+//               catch-up after a step that accepted drafts;
+//   acceptance  per draft mode and position, P(draft i accepted | drafts before it accepted) (a position
+//               seldom reached leans on the one before it), and the same per bucket of the head's own
+//               confidence: the top probability of q, or the softmax top of the MTP logits (unknown where
+//               greedy drafts take the argmax on a GPU backend: then position rates alone decide).
+//
+// A step that drafts k tokens is expected to emit E(k) = 1 + sum_{i<k} prod_{j<=i} a_j tokens in
+// C(k) = k D + T(k + 1) + W a_0. plan() takes the best ratio E/C over k = 0..k_cap as the rate R to
+// beat (renewal-reward: a decision pays when its expected tokens exceed R times its expected time).
+// Within the step, after each draft with confidence c, the draft is kept only if its probability of
+// acceptance (the chain so far times a(i, c)) pays for the extra verify cost at rate R, and the next
+// one is drafted only if its expected acceptance pays for D and its verify cost. So drafts run long on
+// easy text and stop on hard text. While plain decoding wins, the engine defers the MTP catch-up
+// (queued rows are written in one batch before drafting resumes) and the controller re-probes now and
+// then, rarely when drafting is far behind. Only speed depends on it: drafting never changes output.
+
+#include "llama-mtp.h"
+
+#include <vector>
+
+namespace mtp {
+
+// A quantity measured over and over: the plain mean of the first samples, then an exponential average
+// that follows drift (a machine under other load, a longer context).
+struct running_mean {
+    double  v = 0.0;
+    int64_t n = 0;
+
+    void add(double x, double w = 0.1) {
+        n++;
+        v += (n * w < 1.0 ? 1.0 / (double) n : w) * (x - v);
+    }
+};
+
+// A success rate from exponentially decayed counts, shrunk towards a prior with a weight of
+// pseudo-observations.
+struct decayed_rate {
+    double s = 0.0;
+    double n = 0.0;
+
+    void add(bool ok, double keep) {
+        s = keep * s + (ok ? 1.0 : 0.0);
+        n = keep * n + 1.0;
+    }
+    double get(double prior, double weight) const { return (s + prior * weight) / (n + weight); }
+};
+
+struct controller {
+    static constexpr int32_t K        = LLAMA_MTP_MAX_DRAFT;
+    static constexpr int32_t LOADS    = 16;   // loads 1..16 tracked apart (more: as 16)
+    static constexpr int32_t BINS     = 8;    // confidence buckets of [0, 1]
+    static constexpr int32_t MODES    = 3;    // greedy, chain, stochastic
+    static constexpr int32_t QUEUE    = 256;  // deferred MTP rows written once this many wait
+    static constexpr double  KEEP     = 0.98; // acceptance counts decay: ~50 recent drafts per position
+    static constexpr double  PRIOR_A  = 0.6;  // acceptance before any is measured (optimistic: it probes)
+    static constexpr double  PRIOR_W  = 2.0;
+    static constexpr double  PRIOR_D  = 0.25; // a draft decode before one is timed, in plain steps
+    static constexpr double  PRIOR_DV = 0.15; // extra verify cost per token before measured, in plain steps
+
+    int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
+    bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
+
+    // ---- learned ----
+    running_mean target[LOADS][K + 1]; // T(n) of the whole batch at load l + 1: index n - 1
+    running_mean draft;                // D
+    running_mean catchup;              // W
+    decayed_rate acc[MODES][K];
+    decayed_rate cal[MODES][K][BINS];
+
+    // ---- the current step ----
+    int32_t            mode      = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
+    int32_t            load      = 1;   // sequences in the target batch (last reported)
+    double             rate      = 0.0; // R: tokens per ms the step must beat
+    double             p_all     = 1.0; // probability that every draft kept so far is accepted
+    bool               probing   = false;
+    bool               plain     = false; // this step drafts nothing (catch-up may be deferred)
+    int32_t            pending   = 0;     // tokens of this sequence in the coming target decode (caller-decoded)
+    int64_t            plain_run = 0;     // plain steps since the last drafting one
+    std::vector<float> conf;              // confidence of each kept draft of this step (< 0: unknown)
+
+    // ---- what it did (reset with the engine's stats) ----
+    int64_t steps_k[K + 1] = {};
+    int64_t n_probes       = 0;
+    int64_t n_cut          = 0;
+    int64_t n_deferred     = 0;
+
+    bool on() const { return k_max > 0; }
+
+    // estimated time per sequence of a target decode holding n tokens of this sequence (ms)
+    double target_cost(int32_t n) const;
+    double draft_cost() const;
+    // estimated P(draft i accepted | drafts before it accepted), at confidence c (< 0: unknown)
+    double accept(int32_t i, float c) const;
+    // expected tokens per ms of drafting k (k = 0: plain decoding)
+    double ratio(int32_t k) const;
+
+    // before drafting: the most tokens this step may draft (0: a plain step); k_cap is the caller's cap
+    int32_t plan(int32_t k_cap);
+    // after draft i (0-based) with confidence c: whether to keep it; *more: whether to draft another
+    bool    keep(int32_t i, float c, bool * more);
+    // the step drafted k tokens (after any cut)
+    void    drafted(int32_t k);
+    // verification of the step's k drafts accepted n_acc of them
+    void    verified(int32_t k, int32_t n_acc);
+    // a target decode holding n tokens of this sequence, among `load` sequences, took ms (learned while on)
+    void    timed_target(int32_t n, int32_t n_load, double ms);
+    // a draft decode and its draft choice took ms (learned while on)
+    void    timed_draft(double ms) {
+        if (on() && !pinned) {
+            draft.add(ms);
+        }
+    }
+    // whether teacher-forced MTP rows may wait (plain decoding leads)
+    bool defer_catchup() const { return on() && plain && !probing; }
+
+    void pin_costs(double plain_ms, double draft_ms, double verify_extra_ms);
+    void reset_stats();
+    void fill_stats(llama_mtp_adaptive_stats * out) const;
+};
+
+} // namespace mtp
