@@ -36,7 +36,6 @@ class Server:
     def __init__(self, model: Path, mtp: str, parallel: int, args, log_dir: Path) -> None:
         launch = plan_launch(model, port=free_port(), mtp=mtp, n_draft=args.n_draft, ctx=args.ctx,
                              parallel=parallel, ngl=args.ngl, threads=args.threads,
-                             adaptive=args.adaptive == "on",
                              extra=["--no-webui", *(["--no-cache-prompt"] if args.no_cache else []),
                                     *args.server_args.split()])
         self.url, self.mtp, self.parallel = launch.url, launch.mtp, parallel
@@ -89,14 +88,14 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=16, help="prompts per round (default: 16)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds per configuration (default: 2)")
     ap.add_argument("-n", type=int, default=128, help="max tokens per request (default: 128)")
-    ap.add_argument("--n-draft", type=int, default=3)
+    ap.add_argument("--n-draft", default="auto",
+                    help="auto (the engine's adaptive controller, the default) or a fixed K (default: auto)")
     ap.add_argument("--temp", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ctx", type=int, default=2048, help="context per slot (default: 2048)")
     ap.add_argument("--ngl", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-cache", action="store_true", help="start llama-server with --no-cache-prompt")
-    ap.add_argument("--adaptive", choices=("on", "off"), default="on", help="--mtp-adaptive (default: on)")
     ap.add_argument("--server-args", default="", help="extra llama-server arguments, one string")
     ap.add_argument("--out", default=None, help="write the JSON result here")
     args = ap.parse_args()

@@ -1,6 +1,6 @@
 """The Python API: ``pymtp.Model``.
 
-    with pymtp.Model("model.gguf", mtp="auto", n_draft=3) as m:
+    with pymtp.Model("model.gguf", mtp="auto", n_draft="auto") as m:
         out = m.generate("The capital of France is", max_tokens=32)
         print(out.text, out.stats.mean_accepted_length)
         for piece in m.generate("Once upon a time", stream=True):
@@ -28,8 +28,11 @@ class Model:
     """A GGUF model with optional MTP speculative decoding.
 
     mtp: "auto" uses the model's MTP layers when it has them, "on" requires
-    them (error otherwise), "off" never loads them. n_draft is the default
-    and the maximum number of draft tokens per step (0..16).
+    them (error otherwise), "off" never loads them. n_draft: "auto" (the
+    default) lets the engine choose each step's draft length, 0..8, from what
+    it measures pays on this machine and text (never slower than plain decoding
+    by design); a number 0..16 drafts that many every step. It is also the most
+    a generate() call may ask for.
 
     mtp_head: a head-only GGUF holding the MTP layer(s) for a model that has
     none (e.g. made by ``pymtp graft``). None: ``<model stem>.mtp.gguf`` next
@@ -44,7 +47,7 @@ class Model:
 
     def __init__(self, path: str | Path | None = None, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_gpu_layers: int = 0, n_threads: int | None = None, mtp: str = options.DEFAULT_MTP,
-                 n_draft: int = options.DEFAULT_N_DRAFT, mtp_head: str | Path | None = None,
+                 n_draft: int | str = options.DEFAULT_N_DRAFT, mtp_head: str | Path | None = None,
                  heads: str = options.DEFAULT_HEADS, verbose: bool = False) -> None:
         from ._native import llama as L
 
@@ -60,7 +63,7 @@ class Model:
                             n_threads=n_threads, mtp=mtp, n_draft=n_draft,
                             mtp_head=None if mtp_head is None else str(mtp_head), heads=heads)
         self._rt: Runtime | None = Runtime(self.path, cfg)
-        self.n_draft = n_draft
+        self.n_draft = options.parse_n_draft(n_draft)
 
     # -- properties ---------------------------------------------------------------
 
@@ -136,7 +139,7 @@ class Model:
     def generate(self, prompt: str | list[int], max_tokens: int = 256, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                  seed: int | None = None, stop: list[str] | str | None = None, stream: bool = False,
-                 n_draft: int | None = None, draft: str = options.DEFAULT_DRAFT):
+                 n_draft: int | str | None = None, draft: str = options.DEFAULT_DRAFT):
         """Generate a continuation of ``prompt`` (text, or token ids).
 
         stream=False returns a Completion; stream=True returns a Stream that
@@ -148,6 +151,9 @@ class Model:
         applied to the MTP logits, "stochastic" = a token drawn from that chain, verified
         by rejection sampling (exact in distribution, accepts far more at T > 0).
         "auto" = stochastic when temperature > 0, else chain with penalties, else greedy.
+
+        n_draft: "auto" (each step drafts as many tokens as the engine expects to pay, 0 included)
+        or a fixed length; None takes the Model's. It cannot exceed the Model's maximum.
         """
         gen = self._start(prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed,
                           stop, n_draft, draft)
@@ -164,10 +170,14 @@ class Model:
             stop = [stop]
         if max_tokens < 1:
             raise InvalidArgumentError(f"max_tokens must be >= 1, got {max_tokens}")
-        k = self.n_draft if n_draft is None else n_draft
-        if not 0 <= k <= self.n_draft:
+        try:
+            k = self.n_draft if n_draft is None else options.parse_n_draft(n_draft)
+        except ValueError as e:
+            raise InvalidArgumentError(str(e)) from None
+        if options.draft_cap(k) > rt.draft_cap:
             raise InvalidArgumentError(
-                f"n_draft must be in 0..{self.n_draft} (the Model's n_draft is the maximum), got {k}")
+                f"n_draft={k!r} drafts more than this Model's n_draft={self.n_draft!r} allows "
+                f"(at most {rt.draft_cap} a step); load the Model with a larger n_draft")
         sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                   repeat_penalty=repeat_penalty, seed=seed)
         sampling.validate()

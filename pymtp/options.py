@@ -54,7 +54,30 @@ HEAD_POLICY_HELP = {
 # --------------------------------------------------------------------------- draft length
 
 MAX_DRAFT = 16                # the engine's cap on tokens drafted per step
-DEFAULT_N_DRAFT = 3
+N_DRAFT_AUTO = "auto"         # the adaptive controller chooses 0..ADAPTIVE_MAX_DRAFT each step
+ADAPTIVE_MAX_DRAFT = 8        # llama_mtp_adaptive_default_max(): the most an "auto" step drafts
+DEFAULT_N_DRAFT = N_DRAFT_AUTO
+FIXED_N_DRAFT = 3             # the fixed length the engine's C defaults use (llama_mtp_default_params)
+
+
+def parse_n_draft(value: int | str) -> int | str:
+    """``"auto"`` or a fixed draft length 0..MAX_DRAFT (an int or its text); ValueError otherwise."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == N_DRAFT_AUTO:
+            return N_DRAFT_AUTO
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"n_draft must be 'auto' or a number 0..{MAX_DRAFT}, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DRAFT:
+        raise ValueError(f"n_draft must be 'auto' or a number 0..{MAX_DRAFT}, got {value!r}")
+    return value
+
+
+def draft_cap(n_draft: int | str) -> int:
+    """The most tokens a step may draft under this setting."""
+    return ADAPTIVE_MAX_DRAFT if n_draft == N_DRAFT_AUTO else int(n_draft)
 
 
 # --------------------------------------------------------------------------- one-line help texts
@@ -66,4 +89,6 @@ def _pairs(helps: dict) -> list[str]:
 MTP_HELP = "multi-token prediction: " + ", ".join(_pairs(MTP_MODE_HELP))
 DRAFT_HELP = "how drafts are made and checked: " + "; ".join(_pairs(DRAFT_MODE_HELP))
 HEADS_HELP = "models with several MTP layers: " + ", ".join(_pairs(HEAD_POLICY_HELP))
-N_DRAFT_HELP = f"tokens drafted per step by the MTP head, 0..{MAX_DRAFT}"
+N_DRAFT_HELP = (f"tokens drafted per step by the MTP head: 'auto' (each step drafts 0..{ADAPTIVE_MAX_DRAFT}, "
+                "as many as the engine measures to pay on this machine and text; never slower than plain "
+                f"decoding by design) or a fixed 0..{MAX_DRAFT}")

@@ -369,8 +369,9 @@ def test_generate_chat_does_not_double_bos(tmp_path, fake_engine, capsys):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--n-draft", "17"], "--n-draft must be in 0..16 (got 17)"),
-    (["--n-draft", "-1"], "--n-draft must be in 0..16 (got -1)"),
+    (["--n-draft", "17"], "--n-draft: n_draft must be 'auto' or a number 0..16, got 17"),
+    (["--n-draft", "max"], "--n-draft: n_draft must be 'auto' or a number 0..16, got 'max'"),
+    (["--n-draft", "-1"], "--n-draft: n_draft must be 'auto' or a number 0..16, got -1"),
     (["--temp", "-0.5"], "--temp must be >= 0 (got -0.5)"),
     (["-n", "0"], "-n must be >= 1 (got 0)"),
     (["--top-p", "1.5"], "--top-p must be in 0..1 (got 1.5)"),

@@ -31,7 +31,19 @@ def test_draft_modes_and_limit_mirror_the_engine():
         assert lib.llama_mtp_draft_mode_from_name(name.encode()) == value
     assert lib.llama_mtp_draft_mode_from_name(b"greedyy") == L.MTP_ERR_ARG
     assert lib.llama_mtp_draft_limit() == options.MAX_DRAFT == L.MTP_MAX_DRAFT
-    assert lib.llama_mtp_default_params().n_draft == options.DEFAULT_N_DRAFT
+    assert lib.llama_mtp_default_params().n_draft == options.FIXED_N_DRAFT
+    assert lib.llama_mtp_adaptive_default_max() == options.ADAPTIVE_MAX_DRAFT == options.draft_cap("auto")
+
+
+@pytest.mark.parametrize("value,expected", [("auto", "auto"), ("AUTO", "auto"), (0, 0), ("3", 3), (16, 16)])
+def test_n_draft_parses_auto_or_a_length(value, expected):
+    assert options.parse_n_draft(value) == expected
+
+
+@pytest.mark.parametrize("value", [-1, 17, "fast", "", 2.5, True, None])
+def test_n_draft_rejects_anything_else_with_the_choices(value):
+    with pytest.raises(ValueError, match="'auto' or a number 0..16"):
+        options.parse_n_draft(value)
 
 
 def test_head_policies_mirror_the_engine():

@@ -34,7 +34,7 @@ def ui_server(tmp_path_factory):
     from pymtp.default_model import default_model_path
 
     log = tmp_path_factory.mktemp("ui") / "server.log"
-    s = Server(default_model_path(progress=False), log, mtp="on", adaptive=False, extra=["--ui"])
+    s = Server(default_model_path(progress=False), log, mtp="on", extra=["--ui"])
     yield s
     s.stop()
 

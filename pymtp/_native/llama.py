@@ -147,6 +147,22 @@ class llama_mtp_stats(C.Structure):
     ]
 
 
+class llama_mtp_adaptive_stats(C.Structure):
+    _fields_ = [
+        ("k_max", C.c_int32),
+        ("load", C.c_int32),
+        ("steps_per_k", C.c_int64 * (MTP_MAX_DRAFT + 1)),
+        ("n_probes", C.c_int64),
+        ("n_cut", C.c_int64),
+        ("n_deferred", C.c_int64),
+        ("t_draft_ms", C.c_double),
+        ("t_target_ms", C.c_double * (MTP_MAX_DRAFT + 1)),
+        ("accept", C.c_float * MTP_MAX_DRAFT),
+        ("k_best", C.c_int32),
+        ("speedup", C.c_double),
+    ]
+
+
 # name: (restype, argtypes)
 _SIGNATURES = {
     "llama_backend_init": (None, []),
@@ -201,7 +217,7 @@ _SIGNATURES = {
     "llama_set_nextn_layer_offset": (None, [p_ctx, C.c_int32]),
     "llama_get_embeddings_nextn": (C.POINTER(C.c_float), [p_ctx]),
     "llama_get_embeddings_nextn_ith": (C.POINTER(C.c_float), [p_ctx, C.c_int32]),
-    # patch 0002: the MTP engine
+    # the MTP engine (native/include/llama-mtp.h)
     "llama_mtp_default_params": (llama_mtp_params, []),
     "llama_mtp_init": (p_mtp, [p_ctx, p_ctx, llama_mtp_params]),
     "llama_mtp_free": (None, [p_mtp]),
@@ -210,13 +226,18 @@ _SIGNATURES = {
     "llama_mtp_set_draft_mode": (None, [p_mtp, C.c_int, C.c_uint32]),
     "llama_mtp_clear": (None, [p_mtp]),
     "llama_mtp_set_synthetic_rates": (C.c_int32, [p_mtp, C.POINTER(C.c_float), C.c_int32]),
+    "llama_mtp_pin_adaptive_costs": (None, [p_mtp, C.c_double, C.c_double, C.c_double]),  # tests only
     "llama_mtp_n_past": (C.c_int32, [p_mtp]),
     "llama_mtp_has_draft": (C.c_bool, [p_mtp]),
     "llama_mtp_max_draft": (C.c_int32, [p_mtp]),
     "llama_mtp_get_stats": (None, [p_mtp, C.POINTER(llama_mtp_stats)]),
     "llama_mtp_reset_stats": (None, [p_mtp]),
     "llama_mtp_abi_sizeof": (C.c_size_t, [C.c_int32]),
-    # patch 0016: multi-head drafting
+    # the adaptive draft controller (native/engine/mtp-adaptive.cpp)
+    "llama_mtp_adaptive_default_max": (C.c_int32, []),
+    "llama_mtp_set_adaptive": (None, [p_mtp, C.c_int32]),
+    "llama_mtp_get_adaptive_stats": (None, [p_mtp, C.POINTER(llama_mtp_adaptive_stats)]),
+    # multi-head drafting
     "llama_mtp_set_heads": (C.c_int32, [p_mtp, C.POINTER(p_ctx), C.c_int32]),
     "llama_mtp_set_head_policy": (None, [p_mtp, C.c_int]),
     "llama_mtp_n_heads": (C.c_int32, [p_mtp]),
@@ -254,7 +275,8 @@ class _Lib:
         self.llama_backend_init()
 
     def check_abi(self) -> None:
-        for which, struct in enumerate((llama_mtp_params, llama_mtp_stats, llama_model_params, llama_context_params)):
+        for which, struct in enumerate((llama_mtp_params, llama_mtp_stats, llama_model_params, llama_context_params,
+                                        llama_mtp_adaptive_stats)):
             native = self.llama_mtp_abi_sizeof(which)
             if native != C.sizeof(struct):
                 raise NativeLibraryError(

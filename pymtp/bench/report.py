@@ -16,6 +16,12 @@ def format_table(rows: list[dict], summary: list[dict] | None = None) -> str:
             f"{r.get('bound', 1.0):>5.2f}x  {per_pos}")
     lines.append("speedup and prefill are ratios to MTP off at the same T and rp, measured in the same run; "
                  "AL = tokens per target step; D, V = draft/verify cost per step relative to one plain decode step")
+    for r in rows:
+        a = r.get("adaptive")
+        if a:
+            lines.append(f"{r['config']}: {a['plain_share']:.0%} plain steps, mean draft length "
+                         f"{a['mean_draft_length']:.2f}, steps per length {a['steps_per_draft_length']}, "
+                         f"{a['probes']} probes, {a['cut']} drafts cut")
     if summary and len({(s["temperature"], s["repeat_penalty"], s["draft"]) for s in summary}) > 1:
         lines += ["", "best draft length per mode and setting (AL ratio: to greedy at the same setting and k):"]
         for s in summary:
@@ -64,7 +70,7 @@ def plot_speedups(rows: list[dict], path: str, title: str = "", check_only: bool
 
     lines: dict[tuple, list[tuple[int, float]]] = {}
     for r in rows:
-        if r["mtp"]:
+        if r["mtp"] and isinstance(r["n_draft"], int):  # "auto" has no single draft length to plot at
             lines.setdefault((r["draft"], r["temperature"], r["repeat_penalty"]), []).append(
                 (r["n_draft"], r.get("speedup", 0.0)))
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -20,7 +20,7 @@ from ..engine.stats import Stats
 @dataclass
 class Config:
     mtp: bool
-    n_draft: int = 0
+    n_draft: int | str = 0   # a fixed length, or "auto" (the adaptive controller)
     draft: str = "greedy"
     temperature: float = 0.0
     repeat_penalty: float = 1.0
@@ -46,7 +46,7 @@ class Config:
         return f"{head} T={self.temperature:g} rp={self.repeat_penalty:g}"
 
 
-def make_configs(n_drafts: list[int], modes: list[str], temps: list[float],
+def make_configs(n_drafts: list[int | str], modes: list[str], temps: list[float],
                  penalties: list[float], head_policies: list[str] | None = None) -> list[Config]:
     """Per sampling setting: MTP off, then every (head policy, mode, k); "auto" becomes the mode it
     picks there. head_policies: None or one policy = the model's own (no per-policy models)."""
@@ -140,8 +140,20 @@ class Aggregate:
             d["speedup"] = self.tokens_per_second / baseline.tokens_per_second if baseline.tokens_per_second else 0.0
             d["prefill_ratio"] = (self.prefill_tokens_per_second / baseline.prefill_tokens_per_second
                                   if baseline.prefill_tokens_per_second else 0.0)
+            adaptive = [s.adaptive for s in self.runs if s.adaptive]
+            if adaptive:
+                steps = [sum(col) for col in zip(*(a["steps_per_draft_length"] for a in adaptive))]
+                total = sum(steps) or 1
+                d["adaptive"] = {"steps_per_draft_length": steps, "plain_share": steps[0] / total,
+                                 "mean_draft_length": sum(k * n for k, n in enumerate(steps)) / total,
+                                 "probes": sum(a["probes"] for a in adaptive),
+                                 "cut": sum(a["cut"] for a in adaptive),
+                                 "est_accept": adaptive[-1]["est_accept"],
+                                 "best_fixed_draft": adaptive[-1]["best_fixed_draft"]}
             if plain:
-                k = self.config.n_draft
+                steps = self._sum("n_steps")
+                # adaptive: the mean draft length of its steps
+                k = (self._sum("n_drafted") / steps if steps else 0.0) if adaptive else self.config.n_draft
                 D = self.draft_ms_per_decode() / plain
                 V = self.verify_ms_per_step() / plain
                 d["draft_cost_D"] = D

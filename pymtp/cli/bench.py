@@ -40,8 +40,9 @@ def register(subparsers) -> None:
     p.add_argument("--prompts", default="default", metavar="SET",
                    help="default | mtbench | FILE.jsonl (default: default)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="use only the first N prompts")
-    p.add_argument("--n-drafts", default="1,2,3,4", metavar="K,K,...",
-                   help="draft lengths to run with MTP on (default: 1,2,3,4)")
+    p.add_argument("--n-drafts", default="1,2,3,auto", metavar="K,K,...",
+                   help="draft lengths to run with MTP on; 'auto' is the adaptive controller (each step "
+                        f"drafts 0..{options.ADAPTIVE_MAX_DRAFT}, the default elsewhere) (default: 1,2,3,auto)")
     p.add_argument("--modes", default=None, metavar="M,M,...",
                    help=f"draft modes to compare: {', '.join((*options.DRAFT_MODES, options.DRAFT_AUTO))} "
                         "(default: the --draft value)")
@@ -69,14 +70,18 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def parse_drafts(text: str) -> list[int]:
+def parse_drafts(text: str) -> list[int | str]:
+    """Fixed draft lengths in increasing order, then "auto" (the adaptive controller) when asked for."""
+    vals = [x.strip().lower() for x in text.split(",") if x.strip()]
+    auto = options.N_DRAFT_AUTO in vals
     try:
-        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+        ks = sorted({int(x) for x in vals if x != options.N_DRAFT_AUTO})
     except ValueError:
-        raise InvalidArgumentError(f"--n-drafts must be a comma-separated list of integers, got {text!r}")
-    if not ks or ks[0] < 1 or ks[-1] > options.MAX_DRAFT:
-        raise InvalidArgumentError(f"--n-drafts values must be in 1..{options.MAX_DRAFT}, got {text!r}")
-    return ks
+        raise InvalidArgumentError(f"--n-drafts must be a comma-separated list of integers and 'auto', "
+                                   f"got {text!r}")
+    if (not ks and not auto) or (ks and (ks[0] < 1 or ks[-1] > options.MAX_DRAFT)):
+        raise InvalidArgumentError(f"--n-drafts values must be in 1..{options.MAX_DRAFT} or 'auto', got {text!r}")
+    return [*ks, *([options.N_DRAFT_AUTO] if auto else [])]
 
 
 def parse_floats(text: str, flag: str, ok, what: str, unique: bool = True) -> list[float]:
@@ -120,7 +125,7 @@ def run(args) -> int:
         plot_speedups([], args.plot, check_only=True)  # fail before the run, not after it
     texts = load_prompts(args.prompts)[: args.limit]
 
-    args.n_draft = ks[-1]
+    args.n_draft = max(options.draft_cap(k) for k in ks)  # the model allows every configuration's draft
     args.mtp = "on"
     models = {}
     try:

@@ -37,7 +37,7 @@ def add_engine_args(parser: argparse.ArgumentParser, *, server: bool = False):
     """The engine options, one group for every command that runs a model: generate, chat and
     bench (in this process), and serve (``server=True``: they set llama-server's defaults for
     its requests, the context is per slot, and there is no --verbose). Returns the group, for a
-    command's own extras (serve: --adaptive, --dry-run)."""
+    command's own extras (serve: --dry-run)."""
     requests = "; requests may {} with \"{}\"" if server else ""
     g = parser.add_argument_group("engine")
     g.add_argument("--mtp", choices=options.MTP_MODES, default=options.DEFAULT_MTP,
@@ -46,7 +46,7 @@ def add_engine_args(parser: argparse.ArgumentParser, *, server: bool = False):
                    help="head-only GGUF with the MTP layer(s) for a model that has none, e.g. made by "
                         "`pymtp graft` (default: MODEL's <stem>.mtp.gguf when it exists, or the built-in "
                         "model's shipped head)")
-    g.add_argument("--n-draft", type=int, default=options.DEFAULT_N_DRAFT, metavar="K",
+    g.add_argument("--n-draft", type=str, default=options.DEFAULT_N_DRAFT, metavar="auto|K",
                    help=f"{options.N_DRAFT_HELP}{requests.format('lower it', 'mtp_n_draft')} "
                         f"(default: {options.DEFAULT_N_DRAFT})")
     g.add_argument("--draft", choices=options.DRAFT_CHOICES, default=options.DEFAULT_DRAFT,
@@ -91,8 +91,10 @@ def validate_args(args: argparse.Namespace) -> None:
         if not ok:
             raise InvalidArgumentError(message)
 
-    check(0 <= args.n_draft <= options.MAX_DRAFT,
-          f"--n-draft must be in 0..{options.MAX_DRAFT} (got {args.n_draft})")
+    try:
+        args.n_draft = options.parse_n_draft(args.n_draft)
+    except ValueError as e:
+        raise InvalidArgumentError(f"--n-draft: {e}") from None
     check(args.ctx >= 1, f"--ctx must be >= 1 (got {args.ctx})")
     check(args.threads is None or args.threads >= 1, f"--threads must be >= 1 (got {args.threads})")
     check(args.ngl >= -1, f"--ngl must be >= -1 (got {args.ngl})")

@@ -17,10 +17,13 @@ found (--mtp-head, MODEL's <stem>.mtp.gguf, or the head shipped with the
 built-in model) - the server starts with --mtp: every request is drafted by the
 MTP head and verified by the model, with the same output as without MTP.
 
-Requests may set "mtp_draft" ({draft}) and "mtp_n_draft"
-(0..{max_draft}); responses carry per-request MTP statistics in timings.mtp.
+With --n-draft auto (the default) each step drafts 0..{adaptive} tokens, as many
+as the engine measures to pay for the number of busy slots; a number drafts that
+many every step. Requests may set "mtp_draft" ({draft}) and "mtp_n_draft"
+(0..{max_draft}, a cap); responses carry per-request MTP statistics in
+timings.mtp, with what the adaptive controller did under "adaptive".
 Arguments after `--` go to llama-server unchanged (see `pymtp serve -- --help`).""".format(
-    draft="|".join(options.DRAFT_CHOICES), max_draft=options.MAX_DRAFT)
+    draft="|".join(options.DRAFT_CHOICES), max_draft=options.MAX_DRAFT, adaptive=options.ADAPTIVE_MAX_DRAFT)
 
 EPILOG = """\
 examples:
@@ -46,10 +49,6 @@ def register(subparsers) -> None:
     g.add_argument("--ready-timeout", type=float, default=300.0, metavar="S",
                    help="seconds to wait for the model to load (default: 300)")
     e = common.add_engine_args(p, server=True)
-    e.add_argument("--adaptive", choices=("on", "off"), default="on",
-                   help="on: for each number of busy slots, measure throughput with and without "
-                        "drafting and draft only when it is faster (same output either way); "
-                        "off: always draft (default: on)")
     e.add_argument("--dry-run", action="store_true",
                    help="print the llama-server command line and exit")
     p.set_defaults(server_args=[])  # filled by main() from the arguments after `--`
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     path = common.resolve_model_path(args.model)
     launch = plan_launch(path, host=args.host, port=args.port, mtp=args.mtp, mtp_head=args.mtp_head,
                          n_draft=args.n_draft, draft=args.draft, ctx=args.ctx, parallel=args.parallel,
-                         ngl=args.ngl, threads=args.threads, adaptive=args.adaptive == "on", heads=args.heads,
+                         ngl=args.ngl, threads=args.threads, heads=args.heads,
                          extra=extra)
     for note in launch.notes:
         print(f"pymtp: {note}", file=sys.stderr)

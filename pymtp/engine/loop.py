@@ -1,8 +1,9 @@
 """The generation loop at step granularity.
 
-Each native step emits 1..n_draft+1 tokens; this loop turns them into text,
-stops on end-of-generation, stop strings, max_tokens or a full context, and
-clamps the draft so that no token past max_tokens is ever sampled.
+Each native step emits 1..k+1 tokens (k: the fixed n_draft, or with n_draft="auto"
+what the engine's adaptive controller chooses, 0..its cap); this loop turns them
+into text, stops on end-of-generation, stop strings, max_tokens or a full
+context, and clamps the draft so that no token past max_tokens is ever sampled.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from .. import options
 from .._native import llama as L
 from ..errors import ContextOverflowError, PymtpError
 from .runtime import Runtime
@@ -37,7 +39,7 @@ class Generation:
     """Iterating yields text deltas; afterwards ``result`` holds the Completion."""
 
     def __init__(self, rt: Runtime, prompt: list[int], sampling: SamplingParams, max_tokens: int,
-                 stop: list[str] | None, n_draft: int, draft: str = "greedy") -> None:
+                 stop: list[str] | None, n_draft: int | str, draft: str = "greedy") -> None:
         self.rt = rt
         self.prompt = prompt
         self.sampling = sampling
@@ -72,6 +74,9 @@ class Generation:
                 "shorten the prompt or raise n_ctx (--ctx)")
         lib.llama_mtp_reset_stats(rt.engine)
         lib.llama_mtp_set_draft_mode(rt.engine, L.DRAFT_MODES[self.draft], self.sampling.seed)
+        adaptive = self.n_draft == options.N_DRAFT_AUTO
+        cap = rt.draft_cap if adaptive else int(self.n_draft)
+        lib.llama_mtp_set_adaptive(rt.engine, cap if adaptive else 0)
         arr = (L.llama_token * len(self.prompt))(*self.prompt)
         rc = lib.llama_mtp_prefill(rt.engine, arr, len(self.prompt))
         if rc != L.MTP_OK:
@@ -89,7 +94,7 @@ class Generation:
                         finish = "cancelled"
                         break
                     # never sample past max_tokens: the sampler state must match a run without MTP
-                    k = min(self.n_draft, self.max_tokens - len(tokens) - 1)
+                    k = min(cap, self.max_tokens - len(tokens) - 1)
                     n = lib.llama_mtp_step(rt.engine, chain.handle, k, out, len(out))
                     if n == L.MTP_ERR_CTX_FULL:
                         finish = "context"
@@ -135,5 +140,7 @@ class Generation:
     def _stats(self, gen_ms: float) -> Stats:
         raw = L.llama_mtp_stats()
         self.rt.lib.llama_mtp_get_stats(self.rt.engine, C.byref(raw))
+        adaptive = L.llama_mtp_adaptive_stats()
+        self.rt.lib.llama_mtp_get_adaptive_stats(self.rt.engine, C.byref(adaptive))
         return Stats.from_native(raw, mtp=self.rt.ctx_mtp is not None, n_draft=self.n_draft, generate_ms=gen_ms,
-                                 draft=self.draft)
+                                 draft=self.draft, adaptive=adaptive)

@@ -30,7 +30,7 @@ class RuntimeConfig:
     n_gpu_layers: int = 0
     n_threads: int | None = None
     mtp: str = options.DEFAULT_MTP          # auto | on | off (options.MTP_MODES)
-    n_draft: int = options.DEFAULT_N_DRAFT  # default and maximum draft length of this model instance
+    n_draft: int | str = options.DEFAULT_N_DRAFT  # "auto" (adaptive, 0..8 a step) or a fixed length 0..16
     mtp_head: str | None = None  # head-only GGUF with the MTP layer(s); None: <model stem>.mtp.gguf if present
     heads: str = options.DEFAULT_HEADS      # several MTP layers: per_layer | first | capped (HEAD_POLICIES)
 
@@ -39,8 +39,10 @@ class RuntimeConfig:
             raise InvalidArgumentError(f"heads must be one of {', '.join(HEAD_POLICIES)}, got {self.heads!r}")
         if self.mtp not in options.MTP_MODES:
             raise InvalidArgumentError(f"mtp must be 'auto', 'on' or 'off', got {self.mtp!r}")
-        if not 0 <= self.n_draft <= options.MAX_DRAFT:
-            raise InvalidArgumentError(f"n_draft must be in 0..{options.MAX_DRAFT}, got {self.n_draft}")
+        try:
+            options.parse_n_draft(self.n_draft)
+        except ValueError as e:
+            raise InvalidArgumentError(str(e)) from None
         if self.n_ctx < 16:
             raise InvalidArgumentError(f"n_ctx must be >= 16, got {self.n_ctx}")
         if self.n_batch < 1:
@@ -93,6 +95,7 @@ class Runtime:
         check_gguf_file(path)
         self.lib = L.lib()
         self.cfg = cfg
+        self.draft_cap = options.draft_cap(options.parse_n_draft(cfg.n_draft))  # the most a step drafts
         self.model = self.ctx = self.ctx_mtp = self.engine = None
         self.ctx_heads: list = []               # MTP contexts of heads 1.. (multi-head drafting)
         self.mtp_head: Path | None = None      # the head file in use
@@ -159,7 +162,7 @@ class Runtime:
 
         threads = cfg.n_threads or max(1, os.cpu_count() or 1)
         self.ctx = self._new_context(L.LLAMA_CONTEXT_TYPE_DEFAULT, threads,
-                                     n_rs_seq=cfg.n_draft if cfg.mtp != "off" else 0)
+                                     n_rs_seq=self.draft_cap if cfg.mtp != "off" else 0)
         if not self.ctx:
             raise ModelLoadError(f"could not create a context for {path} (n_ctx={cfg.n_ctx}): "
                                  f"{L.last_log_lines() or 'out of memory?'}")
@@ -167,7 +170,7 @@ class Runtime:
 
         self.mtp_reason = self._open_mtp(threads) + head_note
         params = lib.llama_mtp_default_params()
-        params.n_draft = cfg.n_draft if self.ctx_mtp else 0
+        params.n_draft = self.draft_cap if self.ctx_mtp else 0
         params.n_batch = cfg.n_batch
         self.engine = lib.llama_mtp_init(self.ctx, self.ctx_mtp, params)
         if not self.engine:
@@ -175,7 +178,7 @@ class Runtime:
         if self.ctx_mtp and self.n_mtp_layers > 1 and cfg.heads != "first":
             self._open_heads(threads)
         self.max_draft = lib.llama_mtp_max_draft(self.engine)
-        if self.ctx_mtp and self.max_draft < cfg.n_draft:
+        if self.ctx_mtp and self.max_draft < self.draft_cap:
             self.mtp_reason += (f"; drafts capped at {self.max_draft} by the recurrent state's "
                                 f"rollback snapshots")
 
@@ -231,7 +234,7 @@ class Runtime:
                     f"--mtp on: the model has no MTP layers ({self.arch}.nextn_predict_layers is absent or 0); "
                     "run it with --mtp off, or give it a head with 'pymtp graft'")
             return "the model has no MTP layers"
-        if self.cfg.n_draft == 0:
+        if self.draft_cap == 0:
             return "n_draft is 0"
         self.ctx_mtp = self._new_context(L.LLAMA_CONTEXT_TYPE_MTP, threads)
         if not self.ctx_mtp:
@@ -243,7 +246,9 @@ class Runtime:
         who = ("head 0 drafts" if n == 1 or policy == "first" else
                f"heads {policy}: step i drafts with head i mod {n}" if policy == "per_layer" else
                f"heads {policy}: step i drafts with head i, at most {n} tokens,")
-        return f"MTP on: {n} MTP layer(s), {who} up to {self.cfg.n_draft} tokens"
+        how = (f"up to {self.draft_cap} tokens a step, as many as pay (adaptive)"
+               if self.cfg.n_draft == options.N_DRAFT_AUTO else f"{self.cfg.n_draft} tokens a step")
+        return f"MTP on: {n} MTP layer(s), {who} {how}"
 
 
     # -- metadata & tokenizer -------------------------------------------------

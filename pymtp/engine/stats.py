@@ -2,7 +2,8 @@
 
 The keys of ``Stats.to_dict()`` are a stable interface (scripts and
 benchmarks read them): n_prompt, n_generated, n_drafted, n_accepted,
-accept_per_position, mean_accepted_length, tokens_per_second, ...
+accept_per_position, mean_accepted_length, tokens_per_second, ...; with
+n_draft="auto", ``adaptive`` says what the draft controller did and estimates.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 @dataclass
 class Stats:
     mtp: bool = False
-    n_draft: int = 0
+    n_draft: int | str = 0
     draft: str = "greedy"
     n_prompt: int = 0
     n_reused: int = 0
@@ -31,9 +32,12 @@ class Stats:
     sample_ms: float = 0.0
     catchup_ms: float = 0.0
     generate_ms: float = 0.0  # wall time from the first step to the last token
+    # n_draft="auto": what the adaptive controller did and its current estimates (None: fixed n_draft)
+    adaptive: dict | None = None
 
     @classmethod
-    def from_native(cls, s, *, mtp: bool, n_draft: int, generate_ms: float, draft: str = "greedy") -> "Stats":
+    def from_native(cls, s, *, mtp: bool, n_draft: int | str, generate_ms: float, draft: str = "greedy",
+                    adaptive=None) -> "Stats":
         n_pos = max((i + 1 for i in range(len(s.drafted_per_pos)) if s.drafted_per_pos[i]), default=0)
         return cls(
             mtp=mtp, n_draft=n_draft, draft=draft,
@@ -44,6 +48,7 @@ class Stats:
             n_draft_decodes=s.n_draft_decodes, n_catchup_decodes=s.n_catchup_decodes,
             prefill_ms=s.t_prefill_ms, draft_ms=s.t_draft_ms, verify_ms=s.t_verify_ms,
             sample_ms=s.t_sample_ms, catchup_ms=s.t_catchup_ms, generate_ms=generate_ms,
+            adaptive=adaptive_dict(adaptive) if mtp and adaptive is not None and adaptive.k_max > 0 else None,
         )
 
     @property
@@ -89,6 +94,33 @@ class Stats:
         if not self.mtp:
             return head + " | mtp off"
         per_pos = " ".join(f"{r:.2f}" for r in self.accept_per_position) or "-"
-        return (f"{head} | mtp {self.draft} n_draft={self.n_draft}: accepted {self.n_accepted}/{self.n_drafted} "
+        line = (f"{head} | mtp {self.draft} n_draft={self.n_draft}: accepted {self.n_accepted}/{self.n_drafted} "
                 f"({self.acceptance_rate:.0%}), per position [{per_pos}], "
                 f"mean accepted length {self.mean_accepted_length:.2f}")
+        if self.adaptive:
+            a = self.adaptive
+            line += (f" | adaptive: {a['plain_share']:.0%} plain steps, mean draft {a['mean_draft_length']:.2f}, "
+                     f"{a['probes']} probes, best fixed k={a['best_fixed_draft']} "
+                     f"(est. {a['est_speedup']:.2f}x of plain)")
+        return line
+
+
+def adaptive_dict(a) -> dict:
+    """The adaptive controller's native stats as plain data (keys are a stable interface)."""
+    steps = [int(a.steps_per_k[k]) for k in range(a.k_max + 1)]
+    total = sum(steps)
+    return {
+        "max_draft": int(a.k_max),
+        "steps_per_draft_length": steps,              # steps that drafted k = 0.. tokens (0: plain decodes)
+        "plain_share": steps[0] / total if total else 0.0,
+        "mean_draft_length": sum(k * n for k, n in enumerate(steps)) / total if total else 0.0,
+        "probes": int(a.n_probes),                    # drafting steps taken to re-measure while plain led
+        "cut": int(a.n_cut),                          # drafts dropped as unlikely to pay
+        "deferred_rows": int(a.n_deferred),           # MTP rows written late, in batches
+        "est_plain_ms": float(a.t_target_ms[0]),
+        "est_draft_ms": float(a.t_draft_ms),
+        "est_verify_ms": [float(a.t_target_ms[n]) for n in range(1, a.k_max + 1)],  # n = 2.. tokens
+        "est_accept": [round(float(a.accept[i]), 4) for i in range(a.k_max)],
+        "best_fixed_draft": int(a.k_best),
+        "est_speedup": float(a.speedup),
+    }

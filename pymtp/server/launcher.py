@@ -69,20 +69,23 @@ def _find_head(model: Path, mtp_head: str | Path | None) -> Path | None:
 
 
 def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: str = options.DEFAULT_MTP,
-                mtp_head: str | Path | None = None, n_draft: int = options.DEFAULT_N_DRAFT,
+                mtp_head: str | Path | None = None, n_draft: int | str = options.DEFAULT_N_DRAFT,
                 draft: str = options.DEFAULT_DRAFT, ctx: int = 4096, parallel: int = 1, ngl: int = 0,
-                threads: int | None = None, adaptive: bool = True, heads: str = options.DEFAULT_HEADS,
+                threads: int | None = None, heads: str = options.DEFAULT_HEADS,
                 extra: list[str] | None = None) -> ServerLaunch:
     """Build the llama-server command line for ``model``; raise InvalidArgumentError on bad input.
-    draft and heads become llama-server's --mtp-draft and --mtp-heads (the same names)."""
+    draft and heads become llama-server's --mtp-draft and --mtp-heads (the same names); n_draft "auto"
+    becomes --mtp-adaptive on with the adaptive cap, a number K --mtp-n-draft K with it off."""
     if mtp not in options.MTP_MODES:
         raise InvalidArgumentError(f"--mtp must be one of {', '.join(options.MTP_MODES)}, got {mtp!r}")
     if draft not in options.DRAFT_CHOICES:
         raise InvalidArgumentError(f"--draft must be one of {', '.join(options.DRAFT_CHOICES)}, got {draft!r}")
     if heads not in options.HEAD_POLICIES:
         raise InvalidArgumentError(f"--heads must be one of {', '.join(options.HEAD_POLICIES)}, got {heads!r}")
-    if not 0 <= n_draft <= options.MAX_DRAFT:
-        raise InvalidArgumentError(f"--n-draft must be in 0..{options.MAX_DRAFT} (got {n_draft})")
+    try:
+        n_draft = options.parse_n_draft(n_draft)
+    except ValueError as e:
+        raise InvalidArgumentError(f"--n-draft: {e}") from None
     if not 0 < port < 65536:
         raise InvalidArgumentError(f"--port must be in 1..65535 (got {port})")
     if ctx < 16:
@@ -116,7 +119,8 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
             notes.append(f"MTP off: {model.name} has no MTP layers and no head "
                          f"({model.stem}.mtp.gguf) next to it")
     if use_mtp:
-        argv += ["--mtp", "--mtp-n-draft", str(n_draft), "--mtp-draft", draft,
+        adaptive = n_draft == options.N_DRAFT_AUTO
+        argv += ["--mtp", "--mtp-n-draft", str(options.draft_cap(n_draft)), "--mtp-draft", draft,
                  "--mtp-adaptive", "on" if adaptive else "off", "--mtp-heads", heads]
         if head is not None:
             argv += ["--mtp-head", str(head)]

@@ -1,0 +1,167 @@
+"""The adaptive draft controller (n_draft="auto", the default).
+
+Each step it drafts 0..8 tokens, what it expects to emit the most tokens per unit of time from a cost
+model it learns (here pinned with a test hook, so that its choices depend on acceptance alone) and the
+acceptance it measures. Whatever it chooses, the output is the model's: greedy token-identical to MTP
+off while the controller switches between plain steps and drafts of several lengths mid-generation,
+and at T > 0, with drafts cut by the head's confidence, the output distribution is unchanged
+(chi-square against plain sampling).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import pymtp
+from gpu import NGL
+from pymtp._native import llama as L
+from test_engine_lossless import MAX_TOKENS, PROMPTS
+from test_exactness import chain_kw, homogeneity_p
+
+# pinned costs in ms (plain step, draft decode, each verified token beyond the first)
+BREAK_EVEN = (1.0, 0.35, 0.25)  # drafting pays only while acceptance is high
+CHEAP = (1.0, 0.02, 0.02)       # drafting nearly free: long drafts on the planted heads' easy text
+DEAR = (1.0, 5.0, 1.0)          # a draft decode dearer than a plain step: plain decoding
+
+
+def pin(model, plain_ms: float, draft_ms: float, verify_extra_ms: float) -> None:
+    model.rt.lib.llama_mtp_pin_adaptive_costs(model.rt.engine, plain_ms, draft_ms, verify_extra_ms)
+
+
+@pytest.fixture(scope="module")
+def auto_pair(arch, tiny_model_path):
+    """(MTP on with n_draft="auto", MTP off) on one tiny GGUF per engine arch."""
+    path = tiny_model_path(arch)
+    on = pymtp.Model(path, n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="on")
+    off = pymtp.Model(path, n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="off")
+    yield on, off
+    on.close()
+    off.close()
+
+
+def steps_per_length(outs) -> list[int]:
+    return [sum(col) for col in zip(*(o.stats.adaptive["steps_per_draft_length"] for o in outs))]
+
+
+def test_auto_is_the_default_and_reports_what_it_did(auto_pair):
+    on, _ = auto_pair
+    assert on.n_draft == "auto" and on.rt.draft_cap == 8
+    pin(on, *BREAK_EVEN)
+    out = on.generate(PROMPTS[0], max_tokens=MAX_TOKENS)
+    a = out.stats.adaptive
+    assert a is not None and a["max_draft"] == min(8, on.rt.max_draft)
+    # every step after the first token is counted under the length it drafted
+    assert sum(a["steps_per_draft_length"]) == out.stats.n_steps
+    assert sum(k * n for k, n in enumerate(a["steps_per_draft_length"])) == out.stats.n_drafted
+    assert a["est_plain_ms"] == pytest.approx(1.0) and a["est_draft_ms"] == pytest.approx(0.35)
+    assert len(a["est_accept"]) == a["max_draft"] and all(0 < x < 1 for x in a["est_accept"])
+    assert "adaptive:" in out.stats.summary_line()
+    # a fixed length turns the controller off for that call
+    fixed = on.generate(PROMPTS[0], max_tokens=MAX_TOKENS, n_draft=2)
+    assert fixed.stats.adaptive is None and fixed.tokens == out.tokens
+
+
+def generate_switching(model, prompt, every: int = 3, **kw):
+    """Stream a generation, re-pinning the controller's costs every few steps between drafting nearly
+    free (it drafts long) and drafting dearer than a plain step (it decodes plainly and defers the MTP
+    catch-up): the controller switches between plain steps and drafts mid-generation."""
+    gen = model.generate(prompt, stream=True, **kw)
+    for i, _ in enumerate(gen):
+        pin(model, *(CHEAP if (i // every) % 2 == 0 else DEAR))
+    return gen.result
+
+
+def test_greedy_identical_while_the_controller_switches(auto_pair):
+    """Plain steps and drafts of several lengths within generations; every output equals MTP off's,
+    token for token (and the MTP rows deferred while plain are written before drafting resumes)."""
+    on, off = auto_pair
+    outs = []
+    for prompt in PROMPTS:
+        ref = off.generate(prompt, max_tokens=MAX_TOKENS)
+        pin(on, *CHEAP)
+        got = generate_switching(on, prompt, max_tokens=MAX_TOKENS)
+        assert got.tokens == ref.tokens, f"prompt {prompt!r}"
+        assert got.finish_reason == ref.finish_reason
+        outs.append(got)
+    steps = steps_per_length(outs)
+    assert steps[0] > 0, steps                                # plain steps
+    assert sum(1 for n in steps[1:] if n) >= 2, steps         # drafts of at least two lengths
+    switching = [o for o in outs if o.stats.adaptive["steps_per_draft_length"][0]
+                 and sum(o.stats.adaptive["steps_per_draft_length"][1:])]
+    assert len(switching) >= len(PROMPTS) // 2, "generations did not switch between plain steps and drafts"
+    assert sum(o.stats.adaptive["deferred_rows"] for o in outs) > 0
+    assert sum(o.stats.n_accepted for o in outs) > 0
+    on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)  # learn real costs again
+
+
+def test_plain_decoding_when_drafting_cannot_pay(auto_pair):
+    """A draft step dearer than a plain step: the controller decodes plainly, defers the MTP
+    catch-up (rows written in batches) and re-probes rarely; the output is unchanged."""
+    on, off = auto_pair
+    pin(on, *DEAR)
+    prompt = PROMPTS[1]
+    got = on.generate(prompt, max_tokens=200)
+    assert got.tokens == off.generate(prompt, max_tokens=200).tokens
+    a = got.stats.adaptive
+    assert a["plain_share"] >= 0.9 and a["best_fixed_draft"] == 0 and a["est_speedup"] == pytest.approx(1.0)
+    assert a["deferred_rows"] > 100
+    assert got.stats.n_catchup_decodes < 20 + a["probes"] * 2  # batched, not one MTP decode per token
+    on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)
+
+
+def test_long_drafts_when_drafting_is_cheap(tiny_model_path):
+    """Drafting almost free: the controller goes past the old fixed 3 on the planted head's easy text."""
+    with pymtp.Model(tiny_model_path("glm4moe"), n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL,
+                     mtp="on") as on, \
+         pymtp.Model(tiny_model_path("glm4moe"), n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL,
+                     mtp="off") as off:
+        pin(on, *CHEAP)
+        outs = [on.generate(p, max_tokens=48) for p in PROMPTS[:8]]
+        for p, o in zip(PROMPTS[:8], outs):
+            assert o.tokens == off.generate(p, max_tokens=48).tokens
+        steps = steps_per_length(outs)
+        assert sum(steps[4:]) > 0, steps
+        assert sum(o.stats.n_accepted for o in outs) > 0
+
+
+# drafting cheap and each verified row dear: the controller keeps a draft only while the head is confident
+# (the top of q), so drafts are cut at every length and some steps end up plain
+CONFIDENCE_CUTS = (1.0, 0.02, 0.3)
+N_CHI = 4_000
+
+
+def test_distribution_unchanged_while_cutting_by_confidence(tiny_model_path):
+    """T > 0, stochastic drafts, the controller cutting drafts by the head's confidence (steps of
+    0, 1, 2.. drafts mixed within generations): the joint distribution of the first tokens equals plain
+    sampling's (chi-square). Power: keeping a draft by q(drawn token) instead of by the top of q makes
+    the kept drafts no longer draws from q; this test measured p = 1e-7 against that bug."""
+    from collections import Counter
+
+    path = tiny_model_path("glm4moe")
+    with pymtp.Model(path, n_ctx=256, n_batch=32, n_threads=1, mtp="on") as on, \
+         pymtp.Model(path, n_ctx=256, n_batch=32, n_threads=1, mtp="off") as off:
+        kw = dict(chain_kw(0.8), max_tokens=6)
+        prompt = on.tokenize("Once upon a time")
+        plain = Counter(tuple(off.generate(prompt, seed=7_000_000 + i, **kw).tokens) for i in range(N_CHI))
+        pin(on, *CONFIDENCE_CUTS)
+        counts, steps, cut = Counter(), [0] * 9, 0
+        for i in range(N_CHI):
+            out = on.generate(prompt, seed=8_000_000 + i, draft="stochastic", **kw)
+            counts[tuple(out.tokens)] += 1
+            cut += out.stats.adaptive["cut"]
+            for k, n in enumerate(out.stats.adaptive["steps_per_draft_length"]):
+                steps[k] += n
+        assert cut > 100 and steps[0] > 100 and steps[1] > 100 and steps[2] > 100, (cut, steps)
+        p = homogeneity_p(plain, counts)
+        assert p > 0.01, f"adaptive drafting changed the output distribution (chi-square p = {p:.2e})"
+
+
+def test_bad_n_draft_is_a_clear_error(auto_pair):
+    on, _ = auto_pair
+    for bad in ("fast", -1, 17):
+        with pytest.raises(pymtp.InvalidArgumentError, match="'auto' or a number"):
+            on.generate("hi", max_tokens=2, n_draft=bad)
+    with pymtp.Model(on.path, n_ctx=128, n_threads=1, mtp="on", n_draft=2) as small:
+        with pytest.raises(pymtp.InvalidArgumentError, match="drafts more than this Model's"):
+            small.generate("hi", max_tokens=2, n_draft="auto")
+    assert L.lib().llama_mtp_adaptive_default_max() == 8
