@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# GPU session for the adaptive draft controller (docs/benchmarks.md, "Adaptive draft length").
+# The built-in model (98 MB) does not fit one call's carry: split it on the dev machine with
+#     split -b 33000000 -d -a 1 ~/.cache/pymtp/models/SmolLM2-135M-Instruct.Q4_1.gguf .dev/smol/smol.part
+#     sha256sum ~/.cache/pymtp/models/SmolLM2-135M-Instruct.Q4_1.gguf | cut -d' ' -f1 > .dev/smol/smol.sha256
+# and carry one part per call; every call stores the parts it finds in /tmp/smol-parts/.
+#   call 1  carry [.dev/call1, .dev/smol/smol.part0]  STEP=build  pymtp CUDA build, installed (~7 min)
+#   call 2  carry [.dev/smol/smol.part1]              STEP=store
+#   call 3  carry [.dev/smol/smol.part2, .dev/smol/smol.sha256]  STEP=bench
+# STEP=bench: the built-in model (+ shipped head), MT-Bench first turns, MTP off vs k=1,2,3 vs auto,
+# T=0 and T=0.7; then the realistic qwen35 27B shape with the field's six per-position rates, fixed
+# k=1..6 vs auto. Results land in $OUT (bench-*.txt/json). Knobs: LIMIT (16), NPRED (256),
+# RLIMIT (8), RNPRED (128), SKIP_REALISTIC (0).
+set -uo pipefail
+OUT=${OUT:-/tmp/pymtp-out}
+mkdir -p "$OUT" /tmp/smol-parts
+t0=$(date +%s)
+say() { echo "[adaptive +$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt"; }
+for f in .dev/smol/smol.part* .dev/smol/smol.sha256; do [ -f "$f" ] && cp "$f" /tmp/smol-parts/; done
+export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
+mkdir -p $PYMTP_CACHE_DIR/models $PYMTP_CACHE_DIR/data
+
+case "${STEP:-bench}" in
+build)
+    in=.dev/call1
+    cp $in/mt_bench_question.jsonl $PYMTP_CACHE_DIR/data/
+    cp $in/ggml-vocab-qwen35.gguf $PYMTP_CACHE_DIR/
+    mkdir -p vendor && rm -rf vendor/llama.cpp && tar -xJf $in/vendor.tar.xz -C vendor
+    python3 -m pip install -q --no-index --no-deps $in/gguf-*.whl
+    say "pip install (CUDA sm_90, -j$(nproc))"
+    CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+        python3 -m pip install -v --no-build-isolation --no-deps . > "$OUT/build.log" 2>&1
+    rc=$?
+    say "build rc=$rc"; tail -n 5 "$OUT/build.log"
+    exit $rc
+    ;;
+store)
+    ls -la /tmp/smol-parts; exit 0
+    ;;
+esac
+
+smol=$PYMTP_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -f $smol ]; then
+    cat /tmp/smol-parts/smol.part0 /tmp/smol-parts/smol.part1 /tmp/smol-parts/smol.part2 > /tmp/smol.gguf || exit 1
+    echo "$(cat /tmp/smol-parts/smol.sha256)  /tmp/smol.gguf" | sha256sum -c - || exit 1
+    mv /tmp/smol.gguf $smol
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+git rev-parse --short HEAD 2>/dev/null | tee "$OUT/commit.txt"
+m=/tmp/qwen35-27b.gguf
+if [ "${SKIP_REALISTIC:-0}" != 1 ] && [ ! -f $m ]; then
+    say "generating the qwen35 27B shape"   # from the repo root: pymtp_devtools lives there
+    python3 -m pymtp_devtools.realistic qwen35-27b $m --vocab-file $PYMTP_CACHE_DIR/ggml-vocab-qwen35.gguf 2>&1 \
+        | tr '\r' '\n' | grep -v ' / ' | tail -n 3
+fi
+# run the installed package from /tmp (the repo root would import the unbuilt source tree); numpy's
+# libstdc++ must not load before libllama on this box (no --plot)
+cd /tmp
+say "built-in model, T=0"
+pymtp bench --prompts mtbench --limit "${LIMIT:-16}" -n "${NPRED:-256}" --n-drafts 1,2,3,auto --ngl 99 \
+    --json "$OUT/bench-smollm2-h100-t0.json" > "$OUT/bench-smollm2-h100-t0.txt" 2>&1
+tail -n 12 "$OUT/bench-smollm2-h100-t0.txt"
+say "built-in model, T=0.7"
+pymtp bench --prompts mtbench --limit "${LIMIT:-16}" -n "${NPRED:-256}" --n-drafts 1,2,3,auto --ngl 99 \
+    --temp 0.7 --json "$OUT/bench-smollm2-h100-t07.json" > "$OUT/bench-smollm2-h100-t07.txt" 2>&1
+tail -n 12 "$OUT/bench-smollm2-h100-t07.txt"
+[ "${SKIP_REALISTIC:-0}" = 1 ] && exit 0
+say "qwen35 27B shape, six rates, k=1..6 vs auto"
+pymtp bench $m --prompts mtbench --limit "${RLIMIT:-8}" -n "${RNPRED:-128}" --n-drafts 1,2,3,4,5,6,auto --ngl 99 \
+    --synthetic-rates 0.917,0.837,0.648,0.538,0.451,0.348 --ctx 2048 \
+    --json "$OUT/bench-qwen35-27b-h100-six-rates.json" > "$OUT/bench-qwen35-27b-h100-six-rates.txt" 2>&1
+tail -n 14 "$OUT/bench-qwen35-27b-h100-six-rates.txt"
+say "done"
