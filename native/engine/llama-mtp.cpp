@@ -1,7 +1,6 @@
 // pymtp: the MTP engine's C API (native/include/llama-mtp.h). These functions check arguments and
 // orchestrate the parts of the engine (mtp-engine.h): the MTP KV writer, heads, drafting, verification.
 
-#include "llama-model.h" // llama_model::dev_output (where the MTP logits are computed)
 #include "mtp-engine.h"
 
 #include <algorithm>
@@ -47,9 +46,7 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
             delete m;
             return nullptr;
         }
-        m->batch_mtp           = llama_batch_ext_init(ctx_mtp);
-        ggml_backend_dev_t dev = llama_get_model(ctx_mtp)->dev_output();
-        m->logits_on_host      = dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+        m->batch_mtp = llama_batch_ext_init(ctx_mtp);
         llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
         llama_set_embeddings_nextn(ctx_mtp, true, /*masked*/ true);
         llama_set_nextn_layer_offset(ctx_mtp, 0);

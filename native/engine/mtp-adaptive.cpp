@@ -11,35 +11,40 @@ double controller::target_cost(int32_t n) const {
     const int32_t l   = std::clamp(load, 1, LOADS);
     const auto &  row = target[l - 1];
     n                 = std::clamp(n, 1, K + 1);
-    auto known        = [&](int32_t j) { return j >= 1 && j <= K + 1 && row[j - 1].n > 0; };
+    auto known        = [&](int32_t j) { return row[j - 1].n > 0; };
     if (known(n)) {
         return row[n - 1].v / l;
     }
-    // the nearest measured sizes below and above n
-    int32_t lo = n - 1;
-    while (lo >= 1 && !known(lo)) {
-        lo--;
-    }
-    int32_t hi = n + 1;
-    while (hi <= K + 1 && !known(hi)) {
-        hi++;
-    }
-    double t = 0.0;
-    if (lo >= 1 && hi <= K + 1) {
-        t = row[lo - 1].v + (row[hi - 1].v - row[lo - 1].v) * (n - lo) / (double) (hi - lo);
-    } else if (lo >= 1) {
-        // extend the slope of the two largest measured sizes, or the prior slope from one
-        int32_t lo2 = lo - 1;
-        while (lo2 >= 1 && !known(lo2)) {
-            lo2--;
+    // verify sizes (n >= 2) grow about linearly: a line through the measured ones, weighted by how often
+    // each was measured; a plain step (n = 1) often sits below that line (a mat-vec instead of a matmul)
+    double  sw = 0.0, sx = 0.0, sy = 0.0, sxx = 0.0, sxy = 0.0;
+    int32_t n_sizes = 0, only = 0;
+    for (int32_t j = 2; j <= K + 1; ++j) {
+        if (known(j)) {
+            const double w = (double) std::min<int64_t>(row[j - 1].n, 20);
+            sw += w;
+            sx += w * j;
+            sy += w * row[j - 1].v;
+            sxx += w * j * j;
+            sxy += w * j * row[j - 1].v;
+            n_sizes++;
+            only = j;
         }
-        const double t1    = known(1) ? row[0].v : row[lo - 1].v;
-        const double slope = lo2 >= 1 ? (row[lo - 1].v - row[lo2 - 1].v) / (double) (lo - lo2) : PRIOR_DV * t1;
-        t                  = row[lo - 1].v + std::max(0.0, slope) * (n - lo);
-    } else if (hi <= K + 1) {
-        t = row[hi - 1].v * (1.0 + PRIOR_DV * (n - 1)) / (1.0 + PRIOR_DV * (hi - 1));
     }
-    return t / l;
+    const double t1 = known(1) ? row[0].v : 0.0;
+    double       t  = 0.0;
+    if (n >= 2 && n_sizes >= 2) {
+        const double slope = std::max(0.0, (sw * sxy - sx * sy) / std::max(1e-12, sw * sxx - sx * sx));
+        t                  = (sy - slope * sx) / sw + slope * n;
+    } else if (n >= 2 && n_sizes == 1) {
+        const double slope = t1 > 0.0 ? std::max(0.0, (row[only - 1].v - t1) / (only - 1)) : PRIOR_DV * row[only - 1].v;
+        t                  = row[only - 1].v + slope * (n - only);
+    } else if (t1 > 0.0) {
+        t = t1 * (1.0 + PRIOR_DV * (n - 1));
+    } else if (n_sizes > 0) { // n == 1 unmeasured
+        t = row[only - 1].v / (1.0 + PRIOR_DV * (only - 1));
+    }
+    return std::max(t, t1) / l;
 }
 
 double controller::draft_cost() const {
@@ -80,9 +85,10 @@ double controller::ratio(int32_t k) const {
 }
 
 int32_t controller::plan(int32_t k_cap) {
-    probing = false;
-    plain   = false;
-    p_all   = 1.0;
+    probing   = false;
+    plain     = false;
+    extending = false;
+    p_all     = 1.0;
     conf.clear();
     if (!on()) {
         return k_cap;
@@ -110,9 +116,21 @@ int32_t controller::plan(int32_t k_cap) {
     }
     rate = best;
     if (best_k > 0) {
-        plain_run = 0;
+        plain_run              = 0;
+        // drafting leads: re-time a plain step now and then, by the same rule as the probes below (the
+        // plain cost may have been timed cold, or the machine may have changed)
+        const double gap_plain = best / std::max(ratio(0), 1e-12);
+        const auto & t1        = target[std::clamp(load, 1, LOADS) - 1][0];
+        const double cap_plain = 16.0 * std::pow(4.0, (double) std::min<int64_t>(t1.n, 3));
+        if (++draft_run >= std::min(cap_plain, 16.0 * std::pow(gap_plain, 8.0))) {
+            draft_run = 0;
+            probing   = true; // a plain step that writes its MTP rows at once (drafting resumes next)
+            n_probes++;
+            return 0;
+        }
         return k_cap; // keep() decides where the draft stops
     }
+    draft_run           = 0;
     // plain decoding leads: re-probe the best draft length now and then, every 16 plain steps when the
     // two are close, rarely when drafting is far behind (each probe costs in proportion to the gap); a
     // draft cost timed only once or twice (a cold first decode) is re-timed soon whatever the gap
@@ -137,7 +155,10 @@ bool controller::keep(int32_t i, float c, bool * more) {
         return true;
     }
     const double p = p_all * accept(i, c);
-    if (!probing) {
+    if (extending) {
+        extending = false; // the explored draft stays, and is the last
+        *more     = false;
+    } else if (!probing) {
         // a kept draft costs the extra verify row; it pays with probability p
         const double dv = std::max(0.0, target_cost(i + 2) - target_cost(i + 1));
         if (p < rate * dv) {
@@ -149,6 +170,11 @@ bool controller::keep(int32_t i, float c, bool * more) {
         const double p_next = p * accept(i + 1, -1.0f);
         const double c_next = draft_cost() + std::max(0.0, target_cost(i + 3) - target_cost(i + 2));
         *more               = p_next >= rate * c_next;
+        if (!*more && ++n_stops % 16 == 0) {
+            *more     = true; // explore one position further: its acceptance and verify size stay measured
+            extending = true;
+            n_extended++;
+        }
     }
     p_all = p;
     conf.push_back(c);
@@ -208,6 +234,7 @@ void controller::reset_stats() {
     std::fill(std::begin(steps_k), std::end(steps_k), 0);
     n_probes   = 0;
     n_cut      = 0;
+    n_extended = 0;
     n_deferred = 0;
 }
 
@@ -218,6 +245,7 @@ void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
     std::copy(std::begin(steps_k), std::end(steps_k), out->steps_per_k);
     out->n_probes   = n_probes;
     out->n_cut      = n_cut;
+    out->n_extended = n_extended;
     out->n_deferred = n_deferred;
     out->t_draft_ms = draft_cost();
     for (int32_t n = 1; n <= K + 1; ++n) {

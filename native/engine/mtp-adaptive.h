@@ -10,8 +10,8 @@
 //               catch-up after a step that accepted drafts;
 //   acceptance  per draft mode and position, P(draft i accepted | drafts before it accepted) (a position
 //               seldom reached leans on the one before it), and the same per bucket of the head's own
-//               confidence: the top probability of q, or the softmax top of the MTP logits (unknown where
-//               greedy drafts take the argmax on a GPU backend: then position rates alone decide).
+//               confidence: the top probability of q, or the softmax top of the MTP logits (greedy
+//               drafts: computed next to the argmax, on the backend when it runs there).
 //
 // A step that drafts k tokens is expected to emit E(k) = 1 + sum_{i<k} prod_{j<=i} a_j tokens in
 // C(k) = k D + T(k + 1) + W a_0. plan() takes the best ratio E/C over k = 0..k_cap as the rate R to
@@ -21,23 +21,30 @@
 // one is drafted only if its expected acceptance pays for D and its verify cost. So drafts run long on
 // easy text and stop on hard text. While plain decoding wins, the engine defers the MTP catch-up
 // (queued rows are written in one batch before drafting resumes) and the controller re-probes now and
-// then, rarely when drafting is far behind. Only speed depends on it: drafting never changes output.
+// then, rarely when drafting is far behind; while drafting wins it re-times a plain step now and then
+// the same way, and every 16th draft the rule stops goes one token further, so that the costs and
+// acceptance of the choices it does not make stay measured. Only speed depends on it: drafting never
+// changes output.
 
 #include "llama-mtp.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 namespace mtp {
 
-// A quantity measured over and over: the plain mean of the first samples, then an exponential average
-// that follows drift (a machine under other load, a longer context).
+// A quantity measured over and over: the first sample only until a second replaces it (a first decode
+// of a shape is cold: graph building, CUDA graph capture), then the plain mean, then an exponential
+// average that follows drift (a machine under other load, a longer context).
 struct running_mean {
     double  v = 0.0;
     int64_t n = 0;
 
     void add(double x, double w = 0.1) {
         n++;
-        v += (n * w < 1.0 ? 1.0 / (double) n : w) * (x - v);
+        const double m = (double) std::max<int64_t>(1, n - 1); // samples in the mean, the cold one dropped
+        v += (n <= 2 ? 1.0 : std::max(w, 1.0 / m)) * (x - v);
     }
 };
 
@@ -85,12 +92,16 @@ struct controller {
     bool               plain     = false; // this step drafts nothing (catch-up may be deferred)
     int32_t            pending   = 0;     // tokens of this sequence in the coming target decode (caller-decoded)
     int64_t            plain_run = 0;     // plain steps since the last drafting one
+    int64_t            draft_run = 0;     // drafting steps since the last plain one
+    int64_t            n_stops   = 0;     // drafts stopped by the rule (every 16th goes one further)
+    bool               extending = false; // this draft explores one position past the rule's stop
     std::vector<float> conf;              // confidence of each kept draft of this step (< 0: unknown)
 
     // ---- what it did (reset with the engine's stats) ----
     int64_t steps_k[K + 1] = {};
     int64_t n_probes       = 0;
     int64_t n_cut          = 0;
+    int64_t n_extended     = 0;
     int64_t n_deferred     = 0;
 
     bool on() const { return k_max > 0; }

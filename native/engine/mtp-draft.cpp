@@ -24,6 +24,40 @@ float top_prob(const float * logits, int32_t n_vocab, float max_logit) {
     return (float) (1.0 / sum);
 }
 
+// A backend sampler that follows "greedy" in the draft chain: the softmax probability of the argmax
+// (the head's confidence), computed where the logits are; only the token and this one float come
+// back to the host (not the logits row).
+void top_prob_apply(llama_sampler *, llama_token_data_array *) {} // on the host the engine computes it
+
+bool top_prob_backend_init(llama_sampler *, ggml_backend_buffer_type_t, uint32_t) {
+    return true; // soft_max and get_rows: every backend that runs the greedy argmax has them
+}
+
+void top_prob_backend_apply(llama_sampler *, ggml_context * ctx, ggml_cgraph *, llama_sampler_data * data) {
+    if (data->sampled == nullptr || data->logits == nullptr) {
+        return;
+    }
+    const int64_t n     = ggml_nelements(data->logits);
+    ggml_tensor * probs = ggml_soft_max(ctx, ggml_reshape_1d(ctx, data->logits, n));
+    data->probs         = ggml_get_rows(ctx, ggml_reshape_2d(ctx, probs, 1, n), data->sampled);
+    data->logits        = nullptr;
+}
+
+llama_sampler_i top_prob_iface = {
+    /* .name              = */ [](const llama_sampler *) { return "mtp-top-prob"; },
+    /* .accept            = */ nullptr,
+    /* .apply             = */ top_prob_apply,
+    /* .reset             = */ nullptr,
+    /* .clone             = */ nullptr,
+    /* .free              = */ nullptr,
+    /* .backend_init      = */ top_prob_backend_init,
+    /* .backend_accept    = */ nullptr,
+    /* .backend_apply     = */ top_prob_backend_apply,
+    /* .backend_set_input = */ nullptr,
+    /* .backend_reset     = */ nullptr,
+    /* .copy_state        = */ nullptr,
+};
+
 } // namespace
 
 // tok0 at position p0, fed hidden state h0 (= h_{p0-1}). keep_first: keep the MTP KV entry of p0
@@ -152,8 +186,9 @@ int32_t llama_mtp::draft_multi(llama_pos p0, llama_token tok0, const float * h0,
     return rc;
 }
 
-// Greedy drafts need only the argmax of the MTP logits: a backend sampler (greedy) on the MTP contexts
-// computes it where the logits are (the GPU) and copies one token back instead of a vocabulary of
+// Greedy drafts need only the argmax of the MTP logits and its probability (the controller's
+// confidence): a backend sampler chain (greedy, then mtp-top-prob) on the MTP contexts computes both
+// where the logits are (the GPU) and copies one token and one float back instead of a vocabulary of
 // logits. Attached while drafting greedily; detached when a draft needs the logits (chain/stochastic
 // modes take the request's chain on them, peeks return them). One chain per context (a chain is set up
 // for one context's backend, once).
@@ -177,6 +212,7 @@ void llama_mtp::set_backend_greedy(bool on) {
     for (llama_context * c : ctxs) {
         llama_sampler * s = llama_sampler_chain_init(llama_sampler_chain_default_params());
         llama_sampler_chain_add(s, llama_sampler_init_greedy());
+        llama_sampler_chain_add(s, llama_sampler_init(&top_prob_iface, nullptr));
         backend_samplers.push_back(s);
         ok = llama_set_sampler(c, params.seq_id, s) && ok;
     }
@@ -191,10 +227,7 @@ void llama_mtp::set_backend_greedy(bool on) {
 // clone of the request's chain, advanced along the draft path only. The caller frees it.
 llama_sampler * llama_mtp::draft_path(llama_sampler * smpl) {
     llama_sampler * path = mode == LLAMA_MTP_DRAFT_GREEDY || smpl == nullptr ? nullptr : llama_sampler_clone(smpl);
-    // on the CPU the logits are on the host anyway: with the controller on, the host argmax also gives
-    // the head's confidence (the softmax top) for nothing but a pass over the vocabulary
-    set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off &&
-                       !(ctrl.on() && logits_on_host));
+    set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off);
     return path;
 }
 
@@ -208,8 +241,11 @@ llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, i
     }
     draft_conf = -1.0f;
     if (path == nullptr) {
-        if (backend_greedy_on) {
-            return llama_get_sampled_token_ith(ctx, row); // the argmax only: confidence unknown
+        if (backend_greedy_on) { // the argmax and its probability, from the backend sampler
+            if (llama_get_sampled_probs_count_ith(ctx, row) == 1) {
+                draft_conf = llama_get_sampled_probs_ith(ctx, row)[0];
+            }
+            return llama_get_sampled_token_ith(ctx, row);
         }
         const llama_token tok = argmax(logits, n_vocab);
         if (ctrl.on()) {

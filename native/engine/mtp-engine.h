@@ -172,7 +172,6 @@ struct llama_mtp {
     std::vector<llama_sampler *> backend_samplers; // greedy argmax on the backend, one per MTP context
     bool                         backend_greedy_on  = false;
     bool                         backend_greedy_off = false;   // not offloadable here: argmax on the host
-    bool                         logits_on_host     = false;   // the MTP logits are computed on the CPU
     float *                      peek_logits        = nullptr; // llama_mtp_peek_draft: each step's MTP logits
     float                        draft_conf         = -1.0f;   // the head's confidence in the last draft (< 0: unknown)
 

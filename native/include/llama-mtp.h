@@ -205,8 +205,10 @@ struct llama_mtp_adaptive_stats {
     int32_t k_max;                                // 0: the controller is off
     int32_t load;                                 // sequences generating in the last target batch
     int64_t steps_per_k[LLAMA_MTP_MAX_DRAFT + 1]; // steps that drafted k tokens (k = 0: plain decodes)
-    int64_t n_probes;                             // steps that drafted to re-measure while plain decoding led
+    int64_t n_probes;                             // steps against the current choice, to re-measure it (a draft
+                                                  // while plain decoding leads, a plain step while drafting does)
     int64_t n_cut;                                // drafts dropped as unlikely to pay (confidence, cost)
+    int64_t n_extended;                           // drafts taken one past the rule to keep longer lengths measured
     int64_t n_deferred;                           // MTP rows whose writing waited (plain decoding led)
     double  t_draft_ms;                           // estimate: one draft decode
     double  t_target_ms[LLAMA_MTP_MAX_DRAFT + 1]; // estimate: target decode + sampling of n = i + 1 tokens,

@@ -154,6 +154,7 @@ class llama_mtp_adaptive_stats(C.Structure):
         ("steps_per_k", C.c_int64 * (MTP_MAX_DRAFT + 1)),
         ("n_probes", C.c_int64),
         ("n_cut", C.c_int64),
+        ("n_extended", C.c_int64),
         ("n_deferred", C.c_int64),
         ("t_draft_ms", C.c_double),
         ("t_target_ms", C.c_double * (MTP_MAX_DRAFT + 1)),

@@ -116,6 +116,7 @@ def adaptive_dict(a) -> dict:
         "mean_draft_length": sum(k * n for k, n in enumerate(steps)) / total if total else 0.0,
         "probes": int(a.n_probes),                    # drafting steps taken to re-measure while plain led
         "cut": int(a.n_cut),                          # drafts dropped as unlikely to pay
+        "extended": int(a.n_extended),                # drafts taken one past the rule, to keep it measured
         "deferred_rows": int(a.n_deferred),           # MTP rows written late, in batches
         "est_plain_ms": float(a.t_target_ms[0]),
         "est_draft_ms": float(a.t_draft_ms),
