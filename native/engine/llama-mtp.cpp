@@ -134,6 +134,9 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     if (m == nullptr || smpl == nullptr || out == nullptr || n_out_max < 1) {
         return LLAMA_MTP_ERR_ARG;
     }
+    const auto   t_entry = mtp::clock_type::now();
+    const double gap =
+        m->step_exited ? std::chrono::duration<double, std::milli>(t_entry - m->step_exit).count() : -1.0;
     if (m->logits_pending) {
         const auto        t0  = mtp::clock_type::now();
         const llama_token tok = llama_sampler_sample(smpl, m->ctx_tgt, -1);
@@ -142,9 +145,12 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
         m->has_last       = true;
         m->id_last        = tok;
         m->stats.n_generated++;
-        out[0] = tok;
+        out[0]         = tok;
+        m->step_exit   = mtp::clock_type::now();
+        m->step_exited = true;
         return 1;
     }
+    const double draft_ms0 = m->stats.t_draft_ms, catchup_ms0 = m->stats.t_catchup_ms;
     if (!m->has_last) {
         return LLAMA_MTP_ERR_STATE;
     }
@@ -187,8 +193,9 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     }
     m->stats.n_steps++;
 
-    const int32_t n_out = m->verify(smpl, vt, k, out, 0);
-    m->ctrl.timed_target(k + 1, 1, mtp::ms_since(t0)); // the decode and the sampling of its rows
+    const int32_t n_out     = m->verify(smpl, vt, k, out, 0);
+    const double  target_ms = mtp::ms_since(t0);
+    m->ctrl.timed_target(k + 1, 1, target_ms); // the decode and the sampling of its rows
 
     // keep [id_last, accepted drafts] in the target; drop the rest
     if (n_out - 1 < k && !m->truncate_target_to(n_past + n_out)) {
@@ -201,6 +208,12 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
         m->ctrl.catchup.add(mtp::ms_since(t1));
     }
     m->id_last = out[n_out - 1];
+    if (gap >= 0.0) { // what the step cost outside its timed parts, and the caller's time before it
+        const double parts = (m->stats.t_draft_ms - draft_ms0) + target_ms + (m->stats.t_catchup_ms - catchup_ms0);
+        m->ctrl.timed_overhead(gap + std::max(0.0, mtp::ms_since(t_entry) - parts));
+    }
+    m->step_exit   = mtp::clock_type::now();
+    m->step_exited = true;
     return rc == LLAMA_MTP_OK ? n_out : rc;
 }
 

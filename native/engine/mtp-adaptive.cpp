@@ -65,13 +65,13 @@ double controller::accept(int32_t i, float c) const {
     return cal[mode][i][b].get(a, 4.0); // shrunk towards the position's rate while the bucket is young
 }
 
-double controller::ratio(int32_t k) const {
+double controller::ratio(int32_t k, double extra_ms) const {
     const double t1 = target_cost(1);
     if (t1 <= 0.0) {
         return 0.0;
     }
     if (k <= 0) {
-        return 1.0 / t1;
+        return 1.0 / (t1 + overhead.v + extra_ms);
     }
     const double d = draft_cost();
     const double w = catchup.n > 0 ? catchup.v : 0.0;
@@ -81,7 +81,11 @@ double controller::ratio(int32_t k) const {
         p *= accept(i, -1.0f);
         e += p;
     }
-    return e / (k * d + target_cost(k + 1) + w * accept(0, -1.0f));
+    return e / (overhead.v + extra_ms + k * d + target_cost(k + 1) + w * accept(0, -1.0f));
+}
+
+double controller::switch_cost(int32_t n) const {
+    return n_prev[0] != 0 && n != n_prev[0] ? 2.0 * switching.v : 0.0;
 }
 
 int32_t controller::plan(int32_t k_cap) {
@@ -99,12 +103,14 @@ int32_t controller::plan(int32_t k_cap) {
         rate  = 0.0;
         return 0;
     }
+    // the rate of each choice now, a change of decode size included (long-run rates without it)
+    auto    now     = [&](int32_t k) { return ratio(k, switch_cost(k + 1)); };
     int32_t best_k  = 0;
-    double  best    = ratio(0);
+    double  best    = now(0);
     int32_t probe_k = 0;
     double  probe   = 0.0;
     for (int32_t k = 1; k <= k_cap; ++k) {
-        const double r = ratio(k);
+        const double r = now(k);
         if (r > best) {
             best   = r;
             best_k = k;
@@ -159,8 +165,9 @@ bool controller::keep(int32_t i, float c, bool * more) {
         extending = false; // the explored draft stays, and is the last
         *more     = false;
     } else if (!probing) {
-        // a kept draft costs the extra verify row; it pays with probability p
-        const double dv = std::max(0.0, target_cost(i + 2) - target_cost(i + 1));
+        // a kept draft costs the extra verify row (and a change of decode size); it pays with probability p
+        const double dv =
+            std::max(0.0, target_cost(i + 2) + switch_cost(i + 2) - target_cost(i + 1) - switch_cost(i + 1));
         if (p < rate * dv) {
             n_cut++;
             *more = false;
@@ -168,7 +175,8 @@ bool controller::keep(int32_t i, float c, bool * more) {
         }
         // the next draft costs a draft decode and its verify row; it pays if it is accepted too
         const double p_next = p * accept(i + 1, -1.0f);
-        const double c_next = draft_cost() + std::max(0.0, target_cost(i + 3) - target_cost(i + 2));
+        const double c_next = draft_cost() + std::max(0.0, target_cost(i + 3) + switch_cost(i + 3) -
+                                                               target_cost(i + 2) - switch_cost(i + 2));
         *more               = p_next >= rate * c_next;
         if (!*more && ++n_stops % 16 == 0) {
             *more     = true; // explore one position further: its acceptance and verify size stay measured
@@ -207,8 +215,16 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
     if (!on() || pinned || n < 1 || n > K + 1 || n_load < 1 || !(ms > 0.0)) {
         return;
     }
-    load = std::min(n_load, LOADS);
-    target[load - 1][n - 1].add(ms);
+    load              = std::min(n_load, LOADS);
+    auto &     t      = target[load - 1][n - 1];
+    const bool steady = n == n_prev[0] && n == n_prev[1];
+    if (steady || t.n == 0) {
+        t.add(ms);
+    } else { // a decode of a size that just changed: what it cost on top of a steady one
+        switching.add(std::max(0.0, ms - t.v));
+    }
+    n_prev[1] = n_prev[0];
+    n_prev[0] = n;
 }
 
 void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra_ms) {
@@ -243,11 +259,13 @@ void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
     out->k_max = k_max;
     out->load  = load;
     std::copy(std::begin(steps_k), std::end(steps_k), out->steps_per_k);
-    out->n_probes   = n_probes;
-    out->n_cut      = n_cut;
-    out->n_extended = n_extended;
-    out->n_deferred = n_deferred;
-    out->t_draft_ms = draft_cost();
+    out->n_probes      = n_probes;
+    out->n_cut         = n_cut;
+    out->n_extended    = n_extended;
+    out->n_deferred    = n_deferred;
+    out->t_draft_ms    = draft_cost();
+    out->t_overhead_ms = overhead.v;
+    out->t_switch_ms   = switching.v;
     for (int32_t n = 1; n <= K + 1; ++n) {
         out->t_target_ms[n - 1] = target_cost(n);
     }

@@ -80,6 +80,9 @@ struct controller {
     running_mean target[LOADS][K + 1]; // T(n) of the whole batch at load l + 1: index n - 1
     running_mean draft;                // D
     running_mean catchup;              // W
+    running_mean overhead;             // O: a step's time outside the parts above (the caller's loop included)
+    running_mean switching;            // S: what a decode of a new size costs on top of a steady one (a GPU
+                                       // backend re-captures its graph: ~2 slow decodes after each change)
     decayed_rate acc[MODES][K];
     decayed_rate cal[MODES][K][BINS];
 
@@ -91,6 +94,7 @@ struct controller {
     bool               probing   = false;
     bool               plain     = false; // this step drafts nothing (catch-up may be deferred)
     int32_t            pending   = 0;     // tokens of this sequence in the coming target decode (caller-decoded)
+    int32_t            n_prev[2] = {};    // sizes of the last two target decodes of this sequence
     int64_t            plain_run = 0;     // plain steps since the last drafting one
     int64_t            draft_run = 0;     // drafting steps since the last plain one
     int64_t            n_stops   = 0;     // drafts stopped by the rule (every 16th goes one further)
@@ -112,7 +116,15 @@ struct controller {
     // estimated P(draft i accepted | drafts before it accepted), at confidence c (< 0: unknown)
     double accept(int32_t i, float c) const;
     // expected tokens per ms of drafting k (k = 0: plain decoding)
-    double ratio(int32_t k) const;
+    double ratio(int32_t k, double extra_ms = 0.0) const; // extra_ms: a one-off cost of this step
+    // a step's time outside its timed parts, and the caller's time between steps (learned while on)
+    void   timed_overhead(double ms) {
+        if (on() && !pinned && ms >= 0.0 && ms < 100.0) {
+            overhead.add(ms);
+        }
+    }
+    // one-off cost of a target decode of n tokens now: S when n differs from the last size
+    double switch_cost(int32_t n) const;
 
     // before drafting: the most tokens this step may draft (0: a plain step); k_cap is the caller's cap
     int32_t plan(int32_t k_cap);

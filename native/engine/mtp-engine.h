@@ -176,7 +176,9 @@ struct llama_mtp {
     float                        draft_conf         = -1.0f;   // the head's confidence in the last draft (< 0: unknown)
 
     // ---- adaptive draft length (mtp-adaptive.cpp) ----
-    mtp::controller ctrl;
+    mtp::controller             ctrl;
+    mtp::clock_type::time_point step_exit{}; // when the last llama_mtp_step returned (the caller's time after it)
+    bool                        step_exited = false;
 
     // ---- verification (mtp-verify.cpp) ----
     mtp_dist                 p;           // target distribution at the position being verified

@@ -211,6 +211,8 @@ struct llama_mtp_adaptive_stats {
     int64_t n_extended;                           // drafts taken one past the rule to keep longer lengths measured
     int64_t n_deferred;                           // MTP rows whose writing waited (plain decoding led)
     double  t_draft_ms;                           // estimate: one draft decode
+    double  t_overhead_ms; // estimate: a step's time outside decodes (the caller's loop included)
+    double  t_switch_ms;   // estimate: extra cost of a target decode whose size just changed
     double  t_target_ms[LLAMA_MTP_MAX_DRAFT + 1]; // estimate: target decode + sampling of n = i + 1 tokens,
                                                   // per sequence ([0]: a plain step)
     float   accept[LLAMA_MTP_MAX_DRAFT];          // estimate: P(draft i accepted | the drafts before it were)

@@ -157,6 +157,8 @@ class llama_mtp_adaptive_stats(C.Structure):
         ("n_extended", C.c_int64),
         ("n_deferred", C.c_int64),
         ("t_draft_ms", C.c_double),
+        ("t_overhead_ms", C.c_double),
+        ("t_switch_ms", C.c_double),
         ("t_target_ms", C.c_double * (MTP_MAX_DRAFT + 1)),
         ("accept", C.c_float * MTP_MAX_DRAFT),
         ("k_best", C.c_int32),

@@ -120,6 +120,8 @@ def adaptive_dict(a) -> dict:
         "deferred_rows": int(a.n_deferred),           # MTP rows written late, in batches
         "est_plain_ms": float(a.t_target_ms[0]),
         "est_draft_ms": float(a.t_draft_ms),
+        "est_step_overhead_ms": float(a.t_overhead_ms),   # outside decodes, the caller's loop included
+        "est_size_switch_ms": float(a.t_switch_ms),       # extra cost of a decode whose size just changed
         "est_verify_ms": [float(a.t_target_ms[n]) for n in range(1, a.k_max + 1)],  # n = 2.. tokens
         "est_accept": [round(float(a.accept[i]), 4) for i in range(a.k_max)],
         "best_fixed_draft": int(a.k_best),
