@@ -85,7 +85,8 @@ double controller::ratio(int32_t k, double extra_ms) const {
 }
 
 double controller::switch_cost(int32_t n) const {
-    return n_prev[0] != 0 && n != n_prev[0] ? 2.0 * switching.v : 0.0;
+    // a change costs ~2 slow decodes once; a choice is kept for a while, so it is charged over DWELL steps
+    return n_prev[0] != 0 && n != n_prev[0] ? 2.0 * switching.v / DWELL : 0.0;
 }
 
 int32_t controller::plan(int32_t k_cap) {

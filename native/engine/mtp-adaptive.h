@@ -72,6 +72,7 @@ struct controller {
     static constexpr double  PRIOR_W  = 2.0;
     static constexpr double  PRIOR_D  = 0.25; // a draft decode before one is timed, in plain steps
     static constexpr double  PRIOR_DV = 0.15; // extra verify cost per token before measured, in plain steps
+    static constexpr double  DWELL    = 16.0; // steps a change of decode size is expected to last
 
     int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
