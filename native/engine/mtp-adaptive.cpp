@@ -86,13 +86,14 @@ double controller::ratio(int32_t k, double extra_ms) const {
 
 double controller::switch_cost(int32_t n) const {
     // a change costs ~2 slow decodes once; a choice is kept for a while, so it is charged over DWELL steps
-    return n_prev[0] != 0 && n != n_prev[0] ? 2.0 * switching.v / DWELL : 0.0;
+    return n_prev[0] != 0 && n != n_prev[0] ? 2.0 * std::max(0.0, switching.v) / DWELL : 0.0;
 }
 
 int32_t controller::plan(int32_t k_cap) {
     probing   = false;
     plain     = false;
     extending = false;
+    hold      = false;
     p_all     = 1.0;
     conf.clear();
     if (!on()) {
@@ -104,6 +105,10 @@ int32_t controller::plan(int32_t k_cap) {
         rate  = 0.0;
         return 0;
     }
+    if (blocky()) {
+        return plan_block(k_cap);
+    }
+    block_left      = 0;
     // the rate of each choice now, a change of decode size included (long-run rates without it)
     auto    now     = [&](int32_t k) { return ratio(k, switch_cost(k + 1)); };
     int32_t best_k  = 0;
@@ -156,12 +161,51 @@ int32_t controller::plan(int32_t k_cap) {
     return 0;
 }
 
+int32_t controller::plan_block(int32_t k_cap) {
+    hold = true;
+    if (block_left > 0 && block_k >= 0) {
+        block_left--;
+    } else {
+        // a new block: the best steady rate, a change of size charged over the block
+        const int32_t cur    = block_k < 0 ? 0 : block_k;
+        int32_t       best_k = 0;
+        double        best   = 0.0;
+        for (int32_t k = 0; k <= k_cap; ++k) {
+            const double r = ratio(k, k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / BLOCK);
+            if (r > best) {
+                best   = r;
+                best_k = k;
+            }
+        }
+        block_k = best_k;
+        if (++n_blocks % 8 == 0) { // a neighbour's block, in turn k+1, k-1, plain
+            const int32_t turn = (int32_t) (n_blocks / 8 % 3);
+            const int32_t alt  = turn == 0 ? best_k + 1 : turn == 1 ? best_k - 1 : 0;
+            if (alt >= 0 && alt <= k_cap && alt != best_k) {
+                block_k = alt;
+                probing = true;
+                n_probes++;
+            }
+        }
+        block_left = BLOCK - 1;
+    }
+    const int32_t k = std::min(block_k, k_cap);
+    plain           = k == 0 && !probing;
+    rate            = ratio(k);
+    return k;
+}
+
 bool controller::keep(int32_t i, float c, bool * more) {
     *more = true;
     if (!on()) {
         return true;
     }
     const double p = p_all * accept(i, c);
+    if (hold) { // block mode: the planned length, no cut
+        p_all = p;
+        conf.push_back(c);
+        return true;
+    }
     if (extending) {
         extending = false; // the explored draft stays, and is the last
         *more     = false;
@@ -221,8 +265,8 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
     const bool steady = n == n_prev[0] && n == n_prev[1];
     if (steady || t.n == 0) {
         t.add(ms);
-    } else { // a decode of a size that just changed: what it cost on top of a steady one
-        switching.add(std::max(0.0, ms - t.v));
+    } else {                     // a decode of a size that just changed: what it cost on top of a steady one
+        switching.add(ms - t.v); // signed: timing noise averages out, a real cost stays
     }
     n_prev[1] = n_prev[0];
     n_prev[0] = n;
@@ -266,7 +310,7 @@ void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
     out->n_deferred    = n_deferred;
     out->t_draft_ms    = draft_cost();
     out->t_overhead_ms = overhead.v;
-    out->t_switch_ms   = switching.v;
+    out->t_switch_ms   = std::max(0.0, switching.v);
     for (int32_t n = 1; n <= K + 1; ++n) {
         out->t_target_ms[n - 1] = target_cost(n);
     }

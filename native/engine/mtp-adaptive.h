@@ -73,6 +73,8 @@ struct controller {
     static constexpr double  PRIOR_D  = 0.25; // a draft decode before one is timed, in plain steps
     static constexpr double  PRIOR_DV = 0.15; // extra verify cost per token before measured, in plain steps
     static constexpr double  DWELL    = 16.0; // steps a change of decode size is expected to last
+    static constexpr int32_t BLOCK    = 16;   // block mode: steps that keep one draft length
+    static constexpr double  FREE     = 0.05; // block mode when a size change costs more than this of a plain step
 
     int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
@@ -88,19 +90,23 @@ struct controller {
     decayed_rate cal[MODES][K][BINS];
 
     // ---- the current step ----
-    int32_t            mode      = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
-    int32_t            load      = 1;   // sequences in the target batch (last reported)
-    double             rate      = 0.0; // R: tokens per ms the step must beat
-    double             p_all     = 1.0; // probability that every draft kept so far is accepted
-    bool               probing   = false;
-    bool               plain     = false; // this step drafts nothing (catch-up may be deferred)
-    int32_t            pending   = 0;     // tokens of this sequence in the coming target decode (caller-decoded)
-    int32_t            n_prev[2] = {};    // sizes of the last two target decodes of this sequence
-    int64_t            plain_run = 0;     // plain steps since the last drafting one
-    int64_t            draft_run = 0;     // drafting steps since the last plain one
-    int64_t            n_stops   = 0;     // drafts stopped by the rule (every 16th goes one further)
-    bool               extending = false; // this draft explores one position past the rule's stop
-    std::vector<float> conf;              // confidence of each kept draft of this step (< 0: unknown)
+    int32_t            mode       = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
+    int32_t            load       = 1;   // sequences in the target batch (last reported)
+    double             rate       = 0.0; // R: tokens per ms the step must beat
+    double             p_all      = 1.0; // probability that every draft kept so far is accepted
+    bool               probing    = false;
+    bool               plain      = false; // this step drafts nothing (catch-up may be deferred)
+    int32_t            pending    = 0;     // tokens of this sequence in the coming target decode (caller-decoded)
+    int32_t            n_prev[2]  = {};    // sizes of the last two target decodes of this sequence
+    int64_t            plain_run  = 0;     // plain steps since the last drafting one
+    int64_t            draft_run  = 0;     // drafting steps since the last plain one
+    int64_t            n_stops    = 0;     // drafts stopped by the rule (every 16th goes one further)
+    bool               extending  = false; // this draft explores one position past the rule's stop
+    bool               hold       = false; // block mode: this step drafts exactly its planned length
+    int32_t            block_k    = -1;    // block mode: the draft length of the current block
+    int32_t            block_left = 0;     // block mode: steps left in it
+    int64_t            n_blocks   = 0;
+    std::vector<float> conf; // confidence of each kept draft of this step (< 0: unknown)
 
     // ---- what it did (reset with the engine's stats) ----
     int64_t steps_k[K + 1] = {};
@@ -110,6 +116,14 @@ struct controller {
     int64_t n_deferred     = 0;
 
     bool on() const { return k_max > 0; }
+    // Block mode: where a change of decode size is dear (a GPU backend re-captures its graph for ~2
+    // decodes after each change), per-step choices would keep the graphs cold; the controller then
+    // chooses a draft length for BLOCK steps at a time, drafts exactly that (no cuts), and every 8th
+    // block tries a neighbour (k+1, k-1 or plain) to keep their steady costs measured.
+    bool blocky() const {
+        return switching.n >= 4 && 2.0 * switching.v > FREE * target_cost(1) * std::clamp(load, 1, LOADS);
+    }
+    int32_t plan_block(int32_t k_cap);
 
     // estimated time per sequence of a target decode holding n tokens of this sequence (ms)
     double target_cost(int32_t n) const;
