@@ -263,10 +263,13 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
     load              = std::min(n_load, LOADS);
     auto &     t      = target[load - 1][n - 1];
     const bool steady = n == n_prev[0] && n == n_prev[1];
-    if (steady || t.n == 0) {
-        t.add(ms);
-    } else {                     // a decode of a size that just changed: what it cost on top of a steady one
-        switching.add(ms - t.v); // signed: timing noise averages out, a real cost stays
+    if (!steady && t.n >= 3) {
+        switching.add(ms - t.v); // a size that just changed, over a steady one; signed: noise averages out
+    }
+    // a size seen only in isolation (probes) is timed as it comes until it has a few samples, and in
+    // free mode always (a change costs little there); block mode keeps steady timings apart
+    if (steady || t.n < 3 || !blocky()) {
+        t.add(t.n >= 3 ? std::min(ms, 4.0 * t.v) : ms); // one stalled decode does not move it far
     }
     n_prev[1] = n_prev[0];
     n_prev[0] = n;

@@ -135,7 +135,7 @@ struct controller {
     // a step's time outside its timed parts, and the caller's time between steps (learned while on)
     void   timed_overhead(double ms) {
         if (on() && !pinned && ms >= 0.0 && ms < 100.0) {
-            overhead.add(ms);
+            overhead.add(overhead.n >= 3 ? std::min(ms, 4.0 * overhead.v + 0.05) : ms);
         }
     }
     // one-off cost of a target decode of n tokens now: S when n differs from the last size
@@ -154,7 +154,7 @@ struct controller {
     // a draft decode and its draft choice took ms (learned while on)
     void    timed_draft(double ms) {
         if (on() && !pinned) {
-            draft.add(ms);
+            draft.add(draft.n >= 3 ? std::min(ms, 4.0 * draft.v) : ms);
         }
     }
     // whether teacher-forced MTP rows may wait (plain decoding leads)
