@@ -487,14 +487,15 @@ void llama_mtp_set_catchup(llama_mtp * m, bool enabled) {
     }
 }
 
-void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, double ms) {
-    if (m == nullptr || m->ctrl.pending <= 0) {
+void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, double ms) {
+    if (m == nullptr || m->ctrl.pending <= 0 || n_seqs < 1) {
         return;
     }
     if (m->ctrl.pending > 1) {
         m->stats.t_verify_ms += ms;
     }
-    m->ctrl.timed_target(m->ctrl.pending, n_seqs, ms);
+    // the batch's size per sequence (the others' drafts cost this decode as much as this one's)
+    m->ctrl.timed_target(std::max(1, (n_tokens + n_seqs / 2) / n_seqs), n_seqs, ms);
     m->ctrl.pending = 0;
 }
 

@@ -196,10 +196,11 @@ LLAMA_API int32_t llama_mtp_adaptive_default_max(void);
 LLAMA_API void llama_mtp_set_adaptive(struct llama_mtp * mtp, int32_t k_max);
 
 // Caller-decoded targets: the target decode holding this sequence's [id_last, drafts of the last
-// llama_mtp_draft] (or only id_last when it drafted nothing) took ms, with n_seqs sequences generating in
-// that batch. Feeds the controller's cost model, and the verify time of the stats when it held drafts.
-// Report only decodes without prompt tokens (those do not cost what a generation step costs).
-LLAMA_API void llama_mtp_report_decode(struct llama_mtp * mtp, int32_t n_seqs, double ms);
+// llama_mtp_draft] (or only id_last when it drafted nothing) took ms, with n_seqs sequences generating
+// n_tokens tokens in that batch. Feeds the controller's cost model (as a batch where each sequence put
+// n_tokens / n_seqs tokens: what one slot's choice costs depends on what the others put in), and the
+// verify time of the stats when it held drafts. Report only decodes without prompt tokens.
+LLAMA_API void llama_mtp_report_decode(struct llama_mtp * mtp, int32_t n_seqs, int32_t n_tokens, double ms);
 
 struct llama_mtp_adaptive_stats {
     int32_t k_max;                                // 0: the controller is off
