@@ -415,6 +415,9 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
     const double  ms = mtp::ms_since(t0) / n_runs;
     for (int32_t r = 0; r < n_runs; ++r) {
         runs[r].mtp->stats.t_catchup_ms += ms; // the shared decode, split evenly
+        if (runs[r].n_tokens > 1 && runs[r].n_tokens <= runs[r].mtp->ctrl.k_max + 1 && !now.empty()) {
+            runs[r].mtp->ctrl.timed_catchup(ms); // a verified step's rows (not a prompt chunk)
+        }
     }
     return rc;
 }
@@ -475,7 +478,9 @@ int32_t llama_mtp_verify(llama_mtp * m, llama_sampler * chain, int32_t row0, int
     if ((int32_t) m->q.size() > n_draft) {
         m->q.resize(n_draft);
     }
+    const auto    t0    = mtp::clock_type::now();
     const int32_t n_out = m->verify(chain, vt, n_draft, out, row0);
+    m->ctrl.timed_sampling(n_draft + 1, mtp::ms_since(t0)); // the caller timed only the decode
     m->stats.n_steps++;
     m->verify_toks.clear();
     return n_out;

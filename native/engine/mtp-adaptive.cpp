@@ -13,7 +13,7 @@ double controller::target_cost(int32_t n) const {
     n                 = std::clamp(n, 1, K + 1);
     auto known        = [&](int32_t j) { return row[j - 1].n > 0; };
     if (known(n)) {
-        return row[n - 1].v / l;
+        return row[n - 1].v / l + sampling.v * n;
     }
     // verify sizes (n >= 2) grow about linearly: a line through the measured ones, weighted by how often
     // each was measured; a plain step (n = 1) often sits below that line (a mat-vec instead of a matmul)
@@ -44,7 +44,7 @@ double controller::target_cost(int32_t n) const {
     } else if (n_sizes > 0) { // n == 1 unmeasured
         t = row[only - 1].v / (1.0 + PRIOR_DV * (only - 1));
     }
-    return std::max(t, t1) / l;
+    return std::max(t, t1) / l + sampling.v * n;
 }
 
 double controller::draft_cost() const {
@@ -281,9 +281,10 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
             t = running_mean{};
         }
     }
-    draft   = running_mean{};
-    catchup = running_mean{};
-    pinned  = plain_ms > 0.0;
+    draft    = running_mean{};
+    catchup  = running_mean{};
+    sampling = running_mean{};
+    pinned   = plain_ms > 0.0;
     if (!pinned) {
         return;
     }

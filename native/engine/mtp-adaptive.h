@@ -84,6 +84,8 @@ struct controller {
     running_mean draft;                // D
     running_mean catchup;              // W
     running_mean overhead;             // O: a step's time outside the parts above (the caller's loop included)
+    running_mean sampling;             // caller-decoded targets: sampling one verified row (the caller times
+                                       // only the decode; the engine's own loop times both together)
     running_mean switching;            // S: what a decode of a new size costs on top of a steady one (a GPU
                                        // backend re-captures its graph: ~2 slow decodes after each change)
     decayed_rate acc[MODES][K];
@@ -151,8 +153,19 @@ struct controller {
     void    verified(int32_t k, int32_t n_acc);
     // a target decode holding n tokens of this sequence, among `load` sequences, took ms (learned while on)
     void    timed_target(int32_t n, int32_t n_load, double ms);
+    // caller-decoded: verifying n rows (sampling) took ms; the MTP catch-up of a verified step took ms
+    void    timed_sampling(int32_t n, double ms) {
+        if (on() && !pinned && n > 0) {
+            sampling.add(ms / n);
+        }
+    }
+    void timed_catchup(double ms) {
+        if (on() && !pinned) {
+            catchup.add(ms);
+        }
+    }
     // a draft decode and its draft choice took ms (learned while on)
-    void    timed_draft(double ms) {
+    void timed_draft(double ms) {
         if (on() && !pinned) {
             draft.add(draft.n >= 3 ? std::min(ms, 4.0 * draft.v) : ms);
         }
