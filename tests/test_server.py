@@ -381,8 +381,9 @@ def test_plan_launch_finds_the_sidecar_and_refuses_mtp_on_without_a_head(models,
 
 def test_pymtp_serve_prints_the_url_and_stops_on_ctrl_c(models, tmp_path):
     port = free_port()
+    # a fixed draft length: with the default (auto) whether the first 8 tokens draft depends on timing
     cmd = [sys.executable, "-m", "pymtp.cli.main", "serve", str(models["glm4moe"]), "--port", str(port),
-           "--ctx", str(CTX), "--threads", "1", "--", "--no-webui"]
+           "--ctx", str(CTX), "--threads", "1", "--n-draft", "3", "--", "--no-webui"]
     env = dict(os.environ)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=tmp_path)
