@@ -286,7 +286,10 @@ def test_adaptive_drafting_keeps_the_text_and_reports_its_choices(servers):
             assert text == completion_text(off, p, stream=False)[0]
     a = mtp_timings(r)["adaptive"]
     assert a["max_draft"] == 8 and a["busy_slots"] == 1
-    assert len(a["steps_per_draft_length"]) == 9 and sum(a["steps_per_draft_length"]) >= N_PREDICT - 2
+    # every generation step of the request is counted under the length it drafted (how many steps that
+    # is depends on how much was accepted, which timing decides)
+    steps = a["steps_per_draft_length"]
+    assert len(steps) == 9 and sum(steps) >= mtp_timings(r)["steps"] and sum(steps) > 0
     assert 0.0 <= a["plain_share"] <= 1.0 and a["est_plain_ms"] > 0 and len(a["est_accept"]) == 8
     assert " E " not in on.log.read_text(errors="replace").replace("E srv", "")
 
