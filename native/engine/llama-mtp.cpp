@@ -404,7 +404,7 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
         const auto & run = runs[r];
         run.mtp->truncate_mtp_to(run.p0);
         run.mtp->observe(run.toks, run.n_tokens, run.p0, h_all, run.row0);
-        if (run.mtp->write_now && !run.mtp->defers()) {
+        if (!run.mtp->defers()) {
             now.push_back(run.mtp);
         } else {
             run.mtp->ctrl.n_deferred += run.n_tokens;
@@ -484,12 +484,6 @@ int32_t llama_mtp_verify(llama_mtp * m, llama_sampler * chain, int32_t row0, int
     m->stats.n_steps++;
     m->verify_toks.clear();
     return n_out;
-}
-
-void llama_mtp_set_catchup(llama_mtp * m, bool enabled) {
-    if (m) {
-        m->write_now = enabled;
-    }
 }
 
 void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, double ms) {

@@ -325,8 +325,9 @@ void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
     double       best        = plain_ratio;
     out->k_best              = 0;
     for (int32_t k = 1; k <= k_max; ++k) {
-        if (ratio(k) > best) {
-            best        = ratio(k);
+        const double r = ratio(k);
+        if (r > best) {
+            best        = r;
             out->k_best = k;
         }
     }

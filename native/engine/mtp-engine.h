@@ -149,10 +149,9 @@ struct llama_mtp {
     llama_token              id_last        = LLAMA_TOKEN_NULL;
 
     // ---- the MTP KV writer (mtp-kv-writer.cpp) ----
-    mtp::target_rows target_h;         // the target's hidden rows of its last decode
-    mtp::row_queue   queue;            // teacher-forced entries waiting to be written
-    bool             write_now = true; // observe writes at once (off: entries wait in the queue)
-    int32_t          n_mtp_kv  = 0;    // head 0's MTP KV holds [0, n_mtp_kv); between own-loop steps == n_past
+    mtp::target_rows target_h;     // the target's hidden rows of its last decode
+    mtp::row_queue   queue;        // teacher-forced entries waiting to be written
+    int32_t          n_mtp_kv = 0; // head 0's MTP KV holds [0, n_mtp_kv); between own-loop steps == n_past
 
     // ---- heads (mtp-heads.cpp): several MTP blocks; empty: one head, ctx_mtp ----
     std::vector<llama_context *>    heads;      // heads[0] == ctx_mtp

@@ -171,13 +171,6 @@ LLAMA_API int32_t llama_mtp_draft(struct llama_mtp * mtp, struct llama_sampler *
 LLAMA_API int32_t llama_mtp_verify(struct llama_mtp * mtp, struct llama_sampler * chain, int32_t row0, int32_t n_draft,
                                    llama_token * out, int32_t n_out_max);
 
-// Whether llama_mtp_observe writes MTP KV entries at once (default true). Off, it queues them
-// (token, position, hidden row) and the next llama_mtp_draft, or observe with catch-up back on,
-// writes the queue in as few MTP decodes as fit a batch: a caller that stops drafting for a while
-// (e.g. while plain decoding measures faster) pays no MTP decode per step, and the head's context
-// stays complete.
-LLAMA_API void llama_mtp_set_catchup(struct llama_mtp * mtp, bool enabled);
-
 // ---- Adaptive draft length ----
 // With the controller on, each step drafts between 0 (a plain decode) and k_max tokens, whatever it
 // expects to emit the most tokens per second: it learns on the running machine what a plain step, a
