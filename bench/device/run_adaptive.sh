@@ -10,7 +10,8 @@
 # STEP=bench: the built-in model (+ shipped head), MT-Bench first turns, MTP off vs k=1,2,3 vs auto,
 # T=0 and T=0.7; then the realistic qwen35 27B shape with the field's six per-position rates, fixed
 # k=1..6 vs auto. Results land in $OUT (bench-*.txt/json). Knobs: LIMIT (16), NPRED (256),
-# RLIMIT (8), RNPRED (128), SKIP_REALISTIC (0).
+# RLIMIT (8), RNPRED (128), SKIP_REALISTIC (0), RUNS ("smol-t0 smol-t07 27b": which benches, in
+# order), GRAPH_AB (0; 1 runs each bench first with patch 0011's CUDA graph key off).
 set -uo pipefail
 OUT=${OUT:-/tmp/pymtp-out}
 mkdir -p "$OUT" /tmp/smol-parts
@@ -48,7 +49,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee "$OUT/commit.txt"
 m=/tmp/qwen35-27b.gguf
-if [ "${SKIP_REALISTIC:-0}" != 1 ] && [ ! -f $m ]; then
+if [ "${SKIP_REALISTIC:-0}" != 1 ] && [[ "${RUNS:-27b}" == *27b* ]] && [ ! -f $m ]; then
     say "generating the qwen35 27B shape"   # from the repo root: pymtp_devtools lives there
     python3 -m pymtp_devtools.realistic qwen35-27b $m --vocab-file $PYMTP_CACHE_DIR/ggml-vocab-qwen35.gguf 2>&1 \
         | tr '\r' '\n' | grep -v ' / ' | tail -n 3
@@ -56,18 +57,31 @@ fi
 # run the installed package from /tmp (the repo root would import the unbuilt source tree); numpy's
 # libstdc++ must not load before libllama on this box (no --plot)
 cd /tmp
-say "built-in model, T=0"
-pymtp bench --prompts mtbench --limit "${LIMIT:-16}" -n "${NPRED:-256}" --n-drafts 1,2,3,auto --ngl 99 \
-    --json "$OUT/bench-smollm2-h100-t0.json" > "$OUT/bench-smollm2-h100-t0.txt" 2>&1
-tail -n 12 "$OUT/bench-smollm2-h100-t0.txt"
-say "built-in model, T=0.7"
-pymtp bench --prompts mtbench --limit "${LIMIT:-16}" -n "${NPRED:-256}" --n-drafts 1,2,3,auto --ngl 99 \
-    --temp 0.7 --json "$OUT/bench-smollm2-h100-t07.json" > "$OUT/bench-smollm2-h100-t07.txt" 2>&1
-tail -n 12 "$OUT/bench-smollm2-h100-t07.txt"
-[ "${SKIP_REALISTIC:-0}" = 1 ] && exit 0
-say "qwen35 27B shape, six rates, k=1..6 vs auto"
-pymtp bench $m --prompts mtbench --limit "${RLIMIT:-8}" -n "${RNPRED:-128}" --n-drafts 1,2,3,4,5,6,auto --ngl 99 \
-    --synthetic-rates 0.917,0.837,0.648,0.538,0.451,0.348 --ctx 2048 \
-    --json "$OUT/bench-qwen35-27b-h100-six-rates.json" > "$OUT/bench-qwen35-27b-h100-six-rates.txt" 2>&1
-tail -n 14 "$OUT/bench-qwen35-27b-h100-six-rates.txt"
+# bench NAME ARGS...: one pymtp bench into $OUT/bench-NAME.{txt,json}; with GRAPH_AB=1 it first runs
+# with ggml-cuda's old graph key (GGML_CUDA_GRAPH_KEY_BY_NODE=1, one CUDA graph per context, patch
+# 0011 off) into bench-NAME-bynode.*, then with one graph per shape (the default)
+bench() {
+    local name=$1; shift
+    if [ "${GRAPH_AB:-0}" = 1 ]; then
+        say "$name, one CUDA graph per context"
+        GGML_CUDA_GRAPH_KEY_BY_NODE=1 pymtp bench "$@" --json "$OUT/bench-$name-bynode.json" \
+            > "$OUT/bench-$name-bynode.txt" 2>&1
+        tail -n 12 "$OUT/bench-$name-bynode.txt"
+    fi
+    say "$name"
+    pymtp bench "$@" --json "$OUT/bench-$name.json" > "$OUT/bench-$name.txt" 2>&1
+    tail -n 12 "$OUT/bench-$name.txt"
+}
+smol_args=(--prompts mtbench --limit "${LIMIT:-16}" -n "${NPRED:-256}" --n-drafts 1,2,3,auto --ngl 99)
+for run in ${RUNS:-smol-t0 smol-t07 27b}; do
+    case $run in
+    smol-t0) bench smollm2-h100-t0 "${smol_args[@]}" ;;
+    smol-t07) bench smollm2-h100-t07 "${smol_args[@]}" --temp 0.7 ;;
+    27b)
+        [ "${SKIP_REALISTIC:-0}" = 1 ] && continue
+        bench qwen35-27b-h100-six-rates $m --prompts mtbench --limit "${RLIMIT:-8}" -n "${RNPRED:-128}" \
+            --n-drafts 1,2,3,4,5,6,auto --ngl 99 --synthetic-rates 0.917,0.837,0.648,0.538,0.451,0.348 --ctx 2048
+        ;;
+    esac
+done
 say "done"
