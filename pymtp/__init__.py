@@ -14,8 +14,8 @@ from .errors import (
     NativeLibraryError,
     PymtpError,
 )
-from .model import Completion, Model, Stats, Stream
+from .model import Completion, Model, Stats, Stream, TokenLogprob
 
 __version__ = "0.1.0"
-__all__ = ["Model", "Completion", "Stream", "Stats", "PymtpError", "ModelFileError", "ModelLoadError",
+__all__ = ["Model", "Completion", "Stream", "Stats", "TokenLogprob", "PymtpError", "ModelFileError", "ModelLoadError",
            "MTPUnavailableError", "ContextOverflowError", "InvalidArgumentError", "NativeLibraryError"]

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from . import options
 from .chat_template import render_chat
+from .engine.logprobs import TokenLogprob, check_n_top
 from .engine.loop import Completion, Generation
 from .engine.runtime import Runtime, RuntimeConfig
 from .engine.sampling import SamplingParams, resolve_draft_mode
 from .engine.stats import Stats
 from .errors import InvalidArgumentError, PymtpError
 
-__all__ = ["Model", "Completion", "Stream", "Stats"]
+__all__ = ["Model", "Completion", "Stream", "Stats", "TokenLogprob"]
 
 Stream = Generation
 
@@ -139,7 +140,8 @@ class Model:
     def generate(self, prompt: str | list[int], max_tokens: int = 256, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                  seed: int | None = None, stop: list[str] | str | None = None, stream: bool = False,
-                 n_draft: int | str | None = None, draft: str = options.DEFAULT_DRAFT):
+                 n_draft: int | str | None = None, draft: str = options.DEFAULT_DRAFT,
+                 logprobs: int | None = None):
         """Generate a continuation of ``prompt`` (text, or token ids).
 
         stream=False returns a Completion; stream=True returns a Stream that
@@ -154,9 +156,15 @@ class Model:
 
         n_draft: "auto" (each step drafts as many tokens as the engine expects to pay, 0 included)
         or a fixed length; None takes the Model's. It cannot exceed the Model's maximum.
+
+        logprobs: None (default) or N: the result's ``logprobs`` (and a stream's, growing as it
+        goes) holds, per generated token, its log-probability under the model and the N most
+        likely tokens at that position (pymtp.TokenLogprob). They are the model's raw
+        distribution, before temperature and the other samplers, read from the rows the
+        engine verified: the same numbers as with MTP off, at no extra decode.
         """
         gen = self._start(prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed,
-                          stop, n_draft, draft)
+                          stop, n_draft, draft, logprobs)
         return gen if stream else gen.run_to_end()
 
     def chat(self, messages: list[dict], **kwargs):
@@ -164,7 +172,7 @@ class Model:
         return self.generate(self.chat_tokens(messages), **kwargs)
 
     def _start(self, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop,
-               n_draft, draft) -> Generation:
+               n_draft, draft, logprobs=None) -> Generation:
         rt = self.rt
         if isinstance(stop, str):
             stop = [stop]
@@ -181,6 +189,7 @@ class Model:
         sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                   repeat_penalty=repeat_penalty, seed=seed)
         sampling.validate()
+        logprobs = check_n_top(logprobs)
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         if not tokens:
             raise InvalidArgumentError("the prompt is empty")
@@ -190,7 +199,7 @@ class Model:
         mode = resolve_draft_mode(draft, temperature, repeat_penalty)
         if not self.mtp_enabled:
             mode, k = "greedy", 0  # plain decoding: nothing is drafted
-        return Generation(rt, tokens, sampling, max_tokens, stop, k, mode)
+        return Generation(rt, tokens, sampling, max_tokens, stop, k, mode, logprobs)
 
     def reset(self) -> None:
         """Forget the context: the next generation processes its whole prompt from scratch

@@ -4,6 +4,8 @@
 #include "mtp-engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 
 llama_mtp_params llama_mtp_default_params(void) {
     llama_mtp_params p{};
@@ -126,6 +128,8 @@ int32_t llama_mtp_prefill(llama_mtp * m, const llama_token * toks, int32_t n) {
 
     m->logits_pending = true;
     m->has_last       = false;
+    m->step_out.clear();
+    m->step_rows.clear();
     m->stats.t_prefill_ms += mtp::ms_since(t0);
     return LLAMA_MTP_OK;
 }
@@ -145,7 +149,9 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
         m->has_last       = true;
         m->id_last        = tok;
         m->stats.n_generated++;
-        out[0]         = tok;
+        out[0] = tok;
+        m->step_out.assign(1, tok);
+        m->step_rows.assign(1, -1);
         m->step_exit   = mtp::clock_type::now();
         m->step_exited = true;
         return 1;
@@ -193,8 +199,11 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     }
     m->stats.n_steps++;
 
-    const int32_t n_out     = m->verify(smpl, vt, k, out, 0);
-    const double  target_ms = mtp::ms_since(t0);
+    const int32_t n_out = m->verify(smpl, vt, k, out, 0);
+    m->step_out.assign(out, out + n_out);
+    m->step_rows.resize(n_out);
+    std::iota(m->step_rows.begin(), m->step_rows.end(), 0);
+    const double target_ms = mtp::ms_since(t0);
     m->ctrl.timed_target(k + 1, 1, target_ms); // the decode and the sampling of its rows
 
     // keep [id_last, accepted drafts] in the target; drop the rest
@@ -239,6 +248,47 @@ void llama_mtp_clear(llama_mtp * m) {
     m->logits_pending = false;
     m->has_last       = false;
     m->id_last        = LLAMA_TOKEN_NULL;
+    m->step_out.clear();
+    m->step_rows.clear();
+}
+
+int32_t llama_mtp_step_logprobs(llama_mtp * m, int32_t i, int32_t n_top, float * logprob, llama_token * top_ids,
+                                float * top_logprobs) {
+    if (m == nullptr || n_top < 0 || (n_top > 0 && (top_ids == nullptr || top_logprobs == nullptr))) {
+        return LLAMA_MTP_ERR_ARG;
+    }
+    if (m->step_out.empty()) {
+        return LLAMA_MTP_ERR_STATE;
+    }
+    if (i < 0 || i >= (int32_t) m->step_out.size()) {
+        return LLAMA_MTP_ERR_ARG;
+    }
+    const float * row = llama_get_logits_ith(m->ctx_tgt, m->step_rows[i]);
+    if (row == nullptr) {
+        return LLAMA_MTP_ERR_STATE;
+    }
+    const int32_t n   = m->n_vocab;
+    // log-sum-exp in double: the same value whatever order the rows were computed in
+    const float   mx  = *std::max_element(row, row + n);
+    double        sum = 0.0;
+    for (int32_t t = 0; t < n; ++t) {
+        sum += std::exp((double) row[t] - mx);
+    }
+    const double lse = mx + std::log(sum);
+    if (logprob != nullptr) {
+        *logprob = (float) (row[m->step_out[i]] - lse);
+    }
+    n_top = std::min(n_top, n);
+    std::vector<llama_token> ids(n);
+    std::iota(ids.begin(), ids.end(), 0);
+    // most likely first; equal logits by token id, so the order is deterministic
+    std::partial_sort(ids.begin(), ids.begin() + n_top, ids.end(),
+                      [row](llama_token a, llama_token b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    for (int32_t j = 0; j < n_top; ++j) {
+        top_ids[j]      = ids[j];
+        top_logprobs[j] = (float) (row[ids[j]] - lse);
+    }
+    return n_top;
 }
 
 int32_t llama_mtp_set_synthetic_rates(llama_mtp * m, const float * rates, int32_t n) {

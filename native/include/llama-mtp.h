@@ -105,6 +105,17 @@ LLAMA_API int32_t llama_mtp_prefill(struct llama_mtp * mtp, const llama_token * 
 LLAMA_API int32_t llama_mtp_step(struct llama_mtp * mtp, struct llama_sampler * smpl, int32_t n_draft,
                                  llama_token * out, int32_t n_out_max);
 
+// Log-probabilities of the i-th token (0-based) the last llama_mtp_step emitted, from the target's
+// own logits row for it: the model's distribution before any sampler (what llama.cpp's server
+// reports by default and llama-cpp-python's logprobs). Writes the token's log-probability to
+// *logprob (may be NULL) and the n_top most likely tokens, most likely first, to top_ids and
+// top_logprobs. Returns how many top entries were written, or LLAMA_MTP_ERR_ARG (i out of range,
+// n_top < 0, NULL arrays with n_top > 0) or LLAMA_MTP_ERR_STATE (no step since the last prefill or
+// clear). The rows are the verify batch's, so this costs no decode; they stay valid until the next
+// prefill, step or clear.
+LLAMA_API int32_t llama_mtp_step_logprobs(struct llama_mtp * mtp, int32_t i, int32_t n_top, float * logprob,
+                                          llama_token * top_ids, float * top_logprobs);
+
 // Choose how the following steps draft and verify, and seed the engine's own RNG
 // (used by stochastic drafting and rejection sampling; the chain's RNG is left alone
 // in that mode). Chains that end in "greedy" always verify by exact match, so at

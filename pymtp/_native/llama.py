@@ -226,6 +226,8 @@ _SIGNATURES = {
     "llama_mtp_free": (None, [p_mtp]),
     "llama_mtp_prefill": (C.c_int32, [p_mtp, C.POINTER(llama_token), C.c_int32]),
     "llama_mtp_step": (C.c_int32, [p_mtp, p_sampler, C.c_int32, C.POINTER(llama_token), C.c_int32]),
+    "llama_mtp_step_logprobs": (C.c_int32, [p_mtp, C.c_int32, C.c_int32, C.POINTER(C.c_float),
+                                            C.POINTER(llama_token), C.POINTER(C.c_float)]),
     "llama_mtp_set_draft_mode": (None, [p_mtp, C.c_int, C.c_uint32]),
     "llama_mtp_clear": (None, [p_mtp]),
     "llama_mtp_set_synthetic_rates": (C.c_int32, [p_mtp, C.POINTER(C.c_float), C.c_int32]),

@@ -29,8 +29,11 @@ examples:
   echo "Summarize: ..." | pymtp generate model.gguf --chat -p -
   pymtp generate model.gguf -p "Hello" --json | jq .stats.mean_accepted_length
   pymtp generate model.gguf -p "Hello" --mtp off      # baseline without MTP
+  pymtp generate -p "The capital of France is" -n 4 --json --logprobs 3 | jq .logprobs
 
-JSON output (--json) is one object: {"text", "tokens", "finish_reason", "stats"}."""
+JSON output (--json) is one object: {"text", "tokens", "finish_reason", "stats"}, plus with
+--logprobs N "logprobs": per token {"token", "text", "logprob", "top": N x {"token", "text",
+"logprob"}}, the model's own distribution (before sampling), identical with MTP on and off."""
 
 
 def register(subparsers) -> None:
@@ -46,6 +49,8 @@ def register(subparsers) -> None:
                    help="print one JSON object (text, tokens, finish_reason, stats) instead of streaming")
     p.add_argument("--no-stream", action="store_true",
                    help="print the text once generation has finished")
+    p.add_argument("--logprobs", type=int, default=None, metavar="N",
+                   help="with --json: each token's log-probability and the N most likely tokens (0..100)")
     common.add_sampling_args(p, default_n=128)
     common.add_engine_args(p)
     common.add_debug_flag(p, top_level=False)
@@ -57,15 +62,6 @@ def read_prompt(prompt_arg: str) -> str:
     if not prompt:
         raise InvalidArgumentError("the prompt is empty" + (" (nothing on stdin)" if prompt_arg == "-" else ""))
     return prompt
-
-
-def completion_dict(completion) -> dict:
-    return {
-        "text": completion.text,
-        "tokens": list(completion.tokens),
-        "finish_reason": completion.finish_reason,
-        "stats": completion.stats.to_dict(),
-    }
 
 
 def stream_to_stdout(stream):
@@ -81,13 +77,29 @@ def stream_to_stdout(stream):
     return stream.result, interrupted
 
 
+def completion_dict(completion) -> dict:
+    d = {
+        "text": completion.text,
+        "tokens": list(completion.tokens),
+        "finish_reason": completion.finish_reason,
+        "stats": completion.stats.to_dict(),
+    }
+    if getattr(completion, "logprobs", None) is not None:
+        d["logprobs"] = [t.to_dict() for t in completion.logprobs]
+    return d
+
+
 def run(args: argparse.Namespace) -> int:
     common.validate_args(args)
+    if args.logprobs is not None and not args.json:
+        raise InvalidArgumentError("--logprobs goes with --json (the log-probabilities are part of the JSON output)")
     prompt = read_prompt(args.prompt)
     with common.load_model(args) as model:
         if args.chat:
             prompt = model.chat_tokens([{"role": "user", "content": prompt}])
         kwargs = common.sampling_kwargs(args)
+        if args.logprobs is not None:
+            kwargs["logprobs"] = args.logprobs
         interrupted = False
         if args.json or args.no_stream:
             completion = model.generate(prompt, stream=False, **kwargs)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from .. import options
 from .._native import llama as L
 from ..errors import ContextOverflowError, PymtpError
+from .logprobs import StepLogprobs, TokenLogprob
 from .runtime import Runtime
 from .sampling import SamplerChain, SamplingParams
 from .stats import Stats
@@ -29,17 +30,26 @@ class Completion:
     finish_reason: str  # eos | stop | length | context | cancelled
     stats: Stats
     prompt_tokens: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None  # one per token of ``tokens`` when asked for
 
     def to_dict(self) -> dict:
-        return {"text": self.text, "tokens": self.tokens, "finish_reason": self.finish_reason,
-                "stats": self.stats.to_dict()}
+        d = {"text": self.text, "tokens": self.tokens, "finish_reason": self.finish_reason,
+             "stats": self.stats.to_dict()}
+        if self.logprobs is not None:
+            d["logprobs"] = [lp.to_dict() for lp in self.logprobs]
+        return d
 
 
 class Generation:
-    """Iterating yields text deltas; afterwards ``result`` holds the Completion."""
+    """Iterating yields text deltas; afterwards ``result`` holds the Completion.
+
+    With logprobs=N, ``logprobs`` grows with ``tokens`` while streaming: one TokenLogprob
+    (the token's log-probability and its N most likely alternatives) per token so far.
+    """
 
     def __init__(self, rt: Runtime, prompt: list[int], sampling: SamplingParams, max_tokens: int,
-                 stop: list[str] | None, n_draft: int | str, draft: str = "greedy") -> None:
+                 stop: list[str] | None, n_draft: int | str, draft: str = "greedy",
+                 logprobs: int | None = None) -> None:
         self.rt = rt
         self.prompt = prompt
         self.sampling = sampling
@@ -48,6 +58,9 @@ class Generation:
         self.n_draft = n_draft
         self.draft = draft
         self.result: Completion | None = None
+        self.n_logprobs = logprobs
+        self.logprobs: list[TokenLogprob] | None = None if logprobs is None else []
+        self._step_logprobs = None if logprobs is None else StepLogprobs(rt, logprobs)
         self._cancelled = False
         self._iter = self._run()
 
@@ -121,15 +134,18 @@ class Generation:
         gen_ms = (time.perf_counter() - t0) * 1000.0
         tail = text.finish()
         self.result = Completion(text=text.text, tokens=tokens, finish_reason=finish,
-                                 stats=self._stats(gen_ms), prompt_tokens=list(self.prompt))
+                                 stats=self._stats(gen_ms), prompt_tokens=list(self.prompt),
+                                 logprobs=None if self.logprobs is None else list(self.logprobs))
         return tail
 
     def _consume(self, emitted: list[int], tokens: list[int], text: TextAssembler) -> tuple[str, str | None]:
         delta = []
-        for tok in emitted:
+        for i, tok in enumerate(emitted):
             if self.rt.is_eog(tok):
                 return "".join(delta), "eos"
             tokens.append(tok)
+            if self._step_logprobs is not None:
+                self.logprobs.append(self._step_logprobs.read(i, tok))
             delta.append(text.feed(self.rt.token_piece(tok)))
             if text.stopped:
                 return "".join(delta), "stop"
