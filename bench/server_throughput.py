@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 from pymtp.bench.prompts import load_prompts
-from pymtp.server import free_port, plan_launch, stop_server, wait_until_ready
+from pymtp.server import free_port, plan_launch, start_server, stop_server, wait_until_ready
 
 
 class Server:
@@ -40,7 +40,7 @@ class Server:
                                     *args.server_args.split()])
         self.url, self.mtp, self.parallel = launch.url, launch.mtp, parallel
         self.log = open(log_dir / f"{mtp}-{parallel}.log", "wb")
-        self.proc = subprocess.Popen(launch.argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = start_server(launch.argv, stdout=self.log, stderr=subprocess.STDOUT)
         wait_until_ready(self.url, self.proc, timeout=600)
 
     def chat(self, prompt: str, n: int, temp: float, seed: int) -> dict:

@@ -72,13 +72,13 @@ def build_upstream(backend: str, jobs: int) -> Path:
 
 class Server:
     def __init__(self, name: str, argv: list[str], log_dir: Path) -> None:
-        from pymtp.server import free_port, wait_until_ready
+        from pymtp.server import free_port, start_server, wait_until_ready
 
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(log_dir / f"{name}.log", "wb")
-        self.proc = subprocess.Popen(argv + ["--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = start_server(argv + ["--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT)
         wait_until_ready(self.url, self.proc, timeout=900)
 
     def complete(self, prompt: str, n: int, temp: float, seed: int, extra: dict) -> dict:

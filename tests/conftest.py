@@ -77,3 +77,38 @@ def vendor_script():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+# ---- llama-server (tests/server_harness.py): tiny models and servers started on first use
+
+
+@pytest.fixture(scope="module")
+def models(tiny_model_path, tmp_path_factory):
+    """arch -> model path: two archs with the MTP layer in the file, one dense base + sidecar head."""
+    from server_harness import tiny_server_models
+
+    return tiny_server_models(tiny_model_path, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def servers(models, tmp_path_factory):
+    """(arch, mtp) -> running Server, started on first use and stopped at the end of the module."""
+    from server_harness import Server
+
+    logs = tmp_path_factory.mktemp("server-logs")
+    running: dict = {}
+
+    def get(arch: str, mtp: str, parallel: int = 1, adaptive: bool = False, extra: tuple = (),
+            ctx: int | None = None) -> Server:
+        key = (arch, mtp, parallel, adaptive, extra, ctx)
+        if key not in running:
+            kw = {} if ctx is None else {"ctx": ctx}
+            running[key] = Server(models[arch], logs / f"{arch}-{mtp}-{parallel}-{adaptive}-{len(running)}.log",
+                                  mtp=mtp, parallel=parallel, adaptive=adaptive, extra=extra, **kw)
+        return running[key]
+
+    get.running = running  # tests that must stop a server early (e.g. to measure its memory)
+
+    yield get
+    for s in running.values():
+        s.stop()

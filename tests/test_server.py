@@ -8,133 +8,23 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-openai = pytest.importorskip("openai")
-
-from gpu import NGL  # noqa: E402
-from pymtp.server import free_port, plan_launch, stop_server, wait_until_ready  # noqa: E402
-from pymtp_devtools.tiny_dense import make_tiny_dense_split  # noqa: E402
-
-PROMPTS = ["Hello world", "The capital of France is", "1, 2, 3, 4,", "Once upon a time there"]
-CHAT = [[{"role": "user", "content": "Say something."}],
-        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Count to five."}]]
-N_PREDICT = 24
-CTX = 512
-
-
-class Server:
-    """One llama-server process; its log goes to a file that failing tests print."""
-
-    def __init__(self, model: Path, log: Path, *, mtp: str, parallel: int = 1, mtp_head=None, adaptive=False,
-                 extra=()):
-        self.port = free_port()
-        # a fixed draft length unless asked (adaptive: n_draft "auto"): these tests check what every
-        # drafted step does
-        launch = plan_launch(model, port=self.port, mtp=mtp, mtp_head=mtp_head,
-                             n_draft="auto" if adaptive else 3, ctx=CTX, parallel=parallel, ngl=NGL, threads=1,
-                             extra=["--no-webui", *extra])
-        self.mtp = launch.mtp
-        self.url = launch.url
-        self.log = log
-        self._log_f = open(log, "wb")
-        self.proc = subprocess.Popen(launch.argv, stdout=self._log_f, stderr=subprocess.STDOUT)
-        try:
-            wait_until_ready(self.url, self.proc, timeout=120)
-        except BaseException:
-            self.stop()
-            raise AssertionError(f"server did not start:\n{log.read_text(errors='replace')[-3000:]}")
-        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, timeout=60)
-
-    def post(self, path: str, body: bytes | dict, timeout: float = 60) -> tuple[int, dict]:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"{}")
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def stop(self) -> None:
-        stop_server(self.proc)
-        self._log_f.close()
-
-
-@pytest.fixture(scope="module")
-def models(tiny_model_path, tmp_path_factory):
-    """arch -> model path: two archs with the MTP layer in the file, one dense base + sidecar head."""
-    d = tmp_path_factory.mktemp("server-models")
-    base, head = make_tiny_dense_split("llama", d / "llama-base.gguf", seed=7)
-    return {"glm4moe": tiny_model_path("glm4moe"), "qwen35": tiny_model_path("qwen35"), "llama+head": base,
-            "glm4moe-random": tiny_model_path("glm4moe", head="random"),
-            "step35-3": tiny_model_path("step35", n_nextn=3)}
-
-
-@pytest.fixture(scope="module")
-def servers(models, tmp_path_factory):
-    """(arch, mtp) -> running Server, started on first use and stopped at the end of the module."""
-    logs = tmp_path_factory.mktemp("server-logs")
-    running: dict = {}
-
-    def get(arch: str, mtp: str, parallel: int = 1, adaptive: bool = False, extra: tuple = ()) -> Server:
-        key = (arch, mtp, parallel, adaptive, extra)
-        if key not in running:
-            running[key] = Server(models[arch], logs / f"{arch}-{mtp}-{parallel}-{adaptive}-{len(running)}.log",
-                                  mtp=mtp, parallel=parallel, adaptive=adaptive, extra=extra)
-        return running[key]
-
-    yield get
-    for s in running.values():
-        s.stop()
-
-
-def completion_text(server: Server, prompt: str, *, stream: bool, **extra) -> tuple[str, object]:
-    kw = dict(model="m", prompt=prompt, max_tokens=N_PREDICT, temperature=0.0, extra_body=extra or None)
-    if not stream:
-        r = server.client.completions.create(**kw)
-        return r.choices[0].text, r
-    text, last = "", None
-    for chunk in server.client.completions.create(stream=True, **kw):
-        if chunk.choices:
-            text += chunk.choices[0].text or ""
-        last = chunk
-    return text, last
-
-
-def chat_text(server: Server, messages: list, *, stream: bool, **extra) -> tuple[str, object]:
-    kw = dict(model="m", messages=messages, max_tokens=N_PREDICT, temperature=0.0, extra_body=extra or None)
-    if not stream:
-        r = server.client.chat.completions.create(**kw)
-        return r.choices[0].message.content, r
-    text, last = "", None
-    for chunk in server.client.chat.completions.create(stream=True, **kw):
-        if chunk.choices and chunk.choices[0].delta.content:
-            text += chunk.choices[0].delta.content
-        last = chunk
-    return text, last
-
-
-def mtp_timings(resp) -> dict:
-    extra = getattr(resp, "model_extra", None) or {}
-    return (extra.get("timings") or {}).get("mtp")
-
+from server_harness import (
+    CHAT,
+    CTX,
+    N_PREDICT,
+    PROMPTS,
+    chat_text,
+    completion_text,
+    free_port,
+    mtp_timings,
+    plan_launch,
+)
 
 # ----------------------------------------------------------------------------- exactness
 
@@ -380,32 +270,3 @@ def test_plan_launch_finds_the_sidecar_and_refuses_mtp_on_without_a_head(models,
         plan_launch(lone, mtp="on")
     with pytest.raises(InvalidArgumentError, match="n-draft"):
         plan_launch(models["glm4moe"], n_draft=17)
-
-
-def test_pymtp_serve_prints_the_url_and_stops_on_ctrl_c(models, tmp_path):
-    port = free_port()
-    # a fixed draft length: with the default (auto) whether the first 8 tokens draft depends on timing
-    cmd = [sys.executable, "-m", "pymtp.cli.main", "serve", str(models["glm4moe"]), "--port", str(port),
-           "--ctx", str(CTX), "--threads", "1", "--n-draft", "3", "--", "--no-webui"]
-    env = dict(os.environ)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=tmp_path)
-    try:
-        line, deadline = "", time.monotonic() + 120
-        while "serving" not in line and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, "pymtp serve exited early"
-        assert f"http://127.0.0.1:{port}" in line and "MTP on" in line
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
-        r = client.completions.create(model="m", prompt="Hello", max_tokens=8, temperature=0)
-        assert r.choices[0].text and r.model_extra["timings"]["mtp"]["drafted"] > 0
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-    assert proc.returncode in (0, 130)
-    with pytest.raises(OSError):  # nobody listens any more: the server is gone with pymtp serve
-        socket.create_connection(("127.0.0.1", port), timeout=5).close()

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from test_server import Server
+from server_harness import Server
 
 NO_UI_MARK = "The chat page is not built into this llama-server"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 
 from pymtp import options
@@ -57,7 +56,14 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pymtp.server import plan_launch, stop_server, wait_until_ready
+    from pymtp.server import (
+        Terminated,
+        plan_launch,
+        signals_raise_interrupt,
+        start_server,
+        stop_server,
+        wait_until_ready,
+    )
 
     extra = list(args.server_args or [])
     path = common.resolve_model_path(args.model)
@@ -71,14 +77,20 @@ def run(args: argparse.Namespace) -> int:
         print(" ".join(launch.argv))
         return 0
 
-    proc = subprocess.Popen(launch.argv)
-    try:
-        wait_until_ready(launch.url, proc, timeout=args.ready_timeout)
-        mtp = "on" + (f", head {launch.mtp_head.name}" if launch.mtp_head else "") if launch.mtp else "off"
-        print(f"pymtp: serving {path.name} at {launch.url}  (MTP {mtp}; OpenAI API at {launch.url}/v1; "
-              "Ctrl-C stops)", file=sys.stderr, flush=True)
-        return proc.wait()
-    except BaseException:  # Ctrl-C included: never leave the server running
-        stop_server(proc, timeout=10)
-        raise
-
+    # SIGTERM/SIGHUP (systemd, docker stop, a closed terminal) stop the server like Ctrl-C; if this
+    # process is killed outright, the kernel stops the server (start_server)
+    with signals_raise_interrupt():
+        proc = start_server(launch.argv)
+        try:
+            wait_until_ready(launch.url, proc, timeout=args.ready_timeout)
+            mtp = "on" + (f", head {launch.mtp_head.name}" if launch.mtp_head else "") if launch.mtp else "off"
+            print(f"pymtp: serving {path.name} at {launch.url}  (MTP {mtp}; OpenAI API at {launch.url}/v1; "
+                  "Ctrl-C stops)", file=sys.stderr, flush=True)
+            return proc.wait()
+        except Terminated as e:
+            stop_server(proc)
+            print(f"pymtp: stopped ({e})", file=sys.stderr, flush=True)
+            return 0
+        except BaseException:  # Ctrl-C included: never leave the server running
+            stop_server(proc)
+            raise

@@ -1,5 +1,7 @@
 """The bundled llama-server, patched to draft and verify with the pymtp engine (``--mtp``)."""
 
-from .launcher import ServerLaunch, free_port, plan_launch, server_binary, stop_server, wait_until_ready
+from .launcher import ServerLaunch, free_port, plan_launch, server_binary, wait_until_ready
+from .process import STOP_TIMEOUT_S, Terminated, signals_raise_interrupt, start_server, stop_server
 
-__all__ = ["ServerLaunch", "free_port", "plan_launch", "server_binary", "stop_server", "wait_until_ready"]
+__all__ = ["ServerLaunch", "STOP_TIMEOUT_S", "Terminated", "free_port", "plan_launch", "server_binary",
+           "signals_raise_interrupt", "start_server", "stop_server", "wait_until_ready"]

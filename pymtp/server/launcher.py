@@ -8,9 +8,7 @@ draft and verify with one implementation.
 from __future__ import annotations
 
 import json
-import signal
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -154,15 +152,3 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-def stop_server(proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    """Stop a server process: SIGINT (it shuts down cleanly), SIGKILL if it has not exited in time."""
-    if proc.poll() is not None:
-        return
-    try:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
