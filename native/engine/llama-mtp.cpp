@@ -218,8 +218,10 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     }
     m->id_last = out[n_out - 1];
     if (gap >= 0.0) { // what the step cost outside its timed parts, and the caller's time before it
-        const double parts = (m->stats.t_draft_ms - draft_ms0) + target_ms + (m->stats.t_catchup_ms - catchup_ms0);
-        m->ctrl.timed_overhead(gap + std::max(0.0, mtp::ms_since(t_entry) - parts));
+        const double step_ms = mtp::ms_since(t_entry);
+        const double parts   = (m->stats.t_draft_ms - draft_ms0) + target_ms + (m->stats.t_catchup_ms - catchup_ms0);
+        m->ctrl.timed_overhead(gap + std::max(0.0, step_ms - parts));
+        m->ctrl.stepped(k > 0, n_out, gap + step_ms); // end to end, for the controller's veto
     }
     m->step_exit   = mtp::clock_type::now();
     m->step_exited = true;

@@ -126,6 +126,13 @@ int32_t controller::plan(int32_t k_cap) {
             probe_k = k;
         }
     }
+    // the model's choice to draft stands only while drafting steps are not measured slower than plain ones
+    const bool veto = best_k > 0 && vetoed();
+    if (veto) {
+        n_vetoed++;
+        best_k = 0;
+        best   = now(0);
+    }
     rate = best;
     if (best_k > 0) {
         plain_run              = 0;
@@ -147,8 +154,9 @@ int32_t controller::plan(int32_t k_cap) {
     // two are close, rarely when drafting is far behind (each probe costs in proportion to the gap); a
     // draft cost timed only once or twice (a cold first decode) is re-timed soon whatever the gap
     plain               = true;
-    const double gap    = best / std::max(probe, 1e-12);
-    const double cap    = 16.0 * std::pow(4.0, (double) std::min<int64_t>(draft.n, 3));
+    // how far drafting is behind: the model's estimate, or under a veto the measured rates
+    const double gap    = veto ? real_plain.get() / std::max(real_draft.get(), 1e-12) : best / std::max(probe, 1e-12);
+    const double cap    = veto ? 1024.0 : 16.0 * std::pow(4.0, (double) std::min<int64_t>(draft.n, 3));
     const double period = std::min(cap, 16.0 * std::pow(gap, 8.0));
     if (probe_k > 0 && ++plain_run >= period) {
         plain_run = 0;
@@ -301,6 +309,7 @@ void controller::reset_stats() {
     n_cut      = 0;
     n_extended = 0;
     n_deferred = 0;
+    n_vetoed   = 0;
 }
 
 void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
@@ -331,7 +340,10 @@ void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
             out->k_best = k;
         }
     }
-    out->speedup = plain_ratio > 0.0 ? best / plain_ratio : 0.0;
+    out->speedup        = plain_ratio > 0.0 ? best / plain_ratio : 0.0;
+    out->realized_plain = real_plain.get();
+    out->realized_draft = real_draft.get();
+    out->n_vetoed       = n_vetoed;
 }
 
 } // namespace mtp

@@ -48,6 +48,20 @@ struct running_mean {
     }
 };
 
+// Tokens per ms of a kind of step as measured end to end (exponentially decayed sums).
+struct realized_rate {
+    double tok = 0.0;
+    double ms  = 0.0;
+    double n   = 0.0;
+
+    void add(double tokens, double time_ms, double keep) {
+        tok = keep * tok + tokens;
+        ms  = keep * ms + time_ms;
+        n   = keep * n + 1.0;
+    }
+    double get() const { return ms > 0.0 ? tok / ms : 0.0; }
+};
+
 // A success rate from exponentially decayed counts, shrunk towards a prior with a weight of
 // pseudo-observations.
 struct decayed_rate {
@@ -62,34 +76,43 @@ struct decayed_rate {
 };
 
 struct controller {
-    static constexpr int32_t K        = LLAMA_MTP_MAX_DRAFT;
-    static constexpr int32_t LOADS    = 16;   // loads 1..16 tracked apart (more: as 16)
-    static constexpr int32_t BINS     = 8;    // confidence buckets of [0, 1]
-    static constexpr int32_t MODES    = 3;    // greedy, chain, stochastic
-    static constexpr int32_t QUEUE    = 256;  // deferred MTP rows written once this many wait
-    static constexpr double  KEEP     = 0.98; // acceptance counts decay: ~50 recent drafts per position
-    static constexpr double  PRIOR_A  = 0.6;  // acceptance before any is measured (optimistic: it probes)
-    static constexpr double  PRIOR_W  = 2.0;
-    static constexpr double  PRIOR_D  = 0.25; // a draft decode before one is timed, in plain steps
-    static constexpr double  PRIOR_DV = 0.15; // extra verify cost per token before measured, in plain steps
-    static constexpr double  DWELL    = 16.0; // steps a change of decode size is expected to last
-    static constexpr int32_t BLOCK    = 16;   // block mode: steps that keep one draft length
-    static constexpr double  FREE     = 0.05; // block mode when a size change costs more than this of a plain step
+    static constexpr int32_t K         = LLAMA_MTP_MAX_DRAFT;
+    static constexpr int32_t LOADS     = 16;   // loads 1..16 tracked apart (more: as 16)
+    static constexpr int32_t BINS      = 8;    // confidence buckets of [0, 1]
+    static constexpr int32_t MODES     = 3;    // greedy, chain, stochastic
+    static constexpr int32_t QUEUE     = 256;  // deferred MTP rows written once this many wait
+    static constexpr double  KEEP      = 0.98; // acceptance counts decay: ~50 recent drafts per position
+    static constexpr double  PRIOR_A   = 0.6;  // acceptance before any is measured (optimistic: it probes)
+    static constexpr double  PRIOR_W   = 2.0;
+    static constexpr double  PRIOR_D   = 0.25; // a draft decode before one is timed, in plain steps
+    static constexpr double  PRIOR_DV  = 0.15; // extra verify cost per token before measured, in plain steps
+    static constexpr double  DWELL     = 16.0; // steps a change of decode size is expected to last
+    static constexpr int32_t BLOCK     = 16;   // block mode: steps that keep one draft length
+    static constexpr double  FREE      = 0.05; // block mode when a size change costs more than this of a plain step
+    static constexpr double  REAL_KEEP = 0.99; // realized rates: ~100 recent steps of each kind
+    static constexpr double  REAL_MIN  = 8.0;  // steps of each kind before the realized rates are trusted
+    static constexpr double  VETO      = 0.98; // drafting is vetoed while its realized rate is below this x plain
 
     int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
 
     // ---- learned ----
-    running_mean target[LOADS][K + 1]; // T(n) of the whole batch at load l + 1: index n - 1
-    running_mean draft;                // D
-    running_mean catchup;              // W
-    running_mean overhead;             // O: a step's time outside the parts above (the caller's loop included)
-    running_mean sampling;             // caller-decoded targets: sampling one verified row (the caller times
-                                       // only the decode; the engine's own loop times both together)
-    running_mean switching;            // S: what a decode of a new size costs on top of a steady one (a GPU
-                                       // backend re-captures its graph: ~2 slow decodes after each change)
-    decayed_rate acc[MODES][K];
-    decayed_rate cal[MODES][K][BINS];
+    running_mean  target[LOADS][K + 1]; // T(n) of the whole batch at load l + 1: index n - 1
+    running_mean  draft;                // D
+    running_mean  catchup;              // W
+    running_mean  overhead;             // O: a step's time outside the parts above (the caller's loop included)
+    running_mean  sampling;             // caller-decoded targets: sampling one verified row (the caller times
+                                        // only the decode; the engine's own loop times both together)
+    running_mean  switching;            // S: what a decode of a new size costs on top of a steady one (a GPU
+                                        // backend re-captures its graph: ~2 slow decodes after each change)
+    decayed_rate  acc[MODES][K];
+    decayed_rate  cal[MODES][K][BINS];
+    // What the model cannot see (a catch-up the deferral pushed onto the next drafting step, a backend's
+    // cost of mixing sizes, the caller's work per token) shows in the end-to-end rates of whole steps:
+    // while drafting steps are measured slower than plain ones, the model's choice to draft is vetoed
+    // (probes keep the drafting rate measured). The engine's own loop reports them (llama_mtp_step).
+    realized_rate real_plain;
+    realized_rate real_draft;
 
     // ---- the current step ----
     int32_t            mode       = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
@@ -116,8 +139,19 @@ struct controller {
     int64_t n_cut          = 0;
     int64_t n_extended     = 0;
     int64_t n_deferred     = 0;
+    int64_t n_vetoed       = 0;
 
     bool on() const { return k_max > 0; }
+    // drafting steps were measured slower than plain ones (end to end)
+    bool vetoed() const {
+        return real_plain.n >= REAL_MIN && real_draft.n >= REAL_MIN && real_draft.get() < VETO * real_plain.get();
+    }
+    // a whole step (the caller's time before it included) emitted n_tok tokens in ms; drafted: it drafted
+    void stepped(bool drafted_any, int32_t n_tok, double ms) {
+        if (on() && !pinned && ms > 0.0 && n_tok > 0) {
+            (drafted_any ? real_draft : real_plain).add(n_tok, ms, REAL_KEEP);
+        }
+    }
     // Block mode: where a change of decode size is dear (a GPU backend re-captures its graph for ~2
     // decodes after each change), per-step choices would keep the graphs cold; the controller then
     // chooses a draft length for BLOCK steps at a time, drafts exactly that (no cuts), and every 8th

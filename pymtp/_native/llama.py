@@ -163,6 +163,9 @@ class llama_mtp_adaptive_stats(C.Structure):
         ("accept", C.c_float * MTP_MAX_DRAFT),
         ("k_best", C.c_int32),
         ("speedup", C.c_double),
+        ("realized_plain", C.c_double),
+        ("realized_draft", C.c_double),
+        ("n_vetoed", C.c_int64),
     ]
 
 
