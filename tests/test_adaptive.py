@@ -94,6 +94,28 @@ def test_greedy_identical_while_the_controller_switches(auto_pair):
     on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)  # learn real costs again
 
 
+def test_drafting_is_vetoed_while_drafting_steps_are_measured_slower(auto_pair):
+    """The cost model says drafting pays (pinned nearly free), but whole drafting steps have been
+    measured slower than plain ones: the controller decodes plainly (probing now and then), and
+    drafts again once drafting steps measure faster. The output is the same throughout."""
+    on, off = auto_pair
+    prompt = PROMPTS[2]
+    ref = off.generate(prompt, max_tokens=120)
+    pin(on, *CHEAP)
+    lib, eng = on.rt.lib, on.rt.engine
+    lib.llama_mtp_set_realized_rates(eng, 1.0, 0.8)  # drafting steps: 20% slower per token
+    vetoed = on.generate(prompt, max_tokens=120)
+    a = vetoed.stats.adaptive
+    assert vetoed.tokens == ref.tokens
+    assert a["vetoed"] > 50 and a["plain_share"] > 0.8, a
+    assert a["realized_plain_tok_per_ms"] == pytest.approx(1.0) and a["realized_draft_tok_per_ms"] == pytest.approx(0.8)
+    lib.llama_mtp_set_realized_rates(eng, 1.0, 1.5)  # now drafting steps measure faster
+    free = on.generate(prompt, max_tokens=120)
+    assert free.tokens == ref.tokens
+    assert free.stats.adaptive["vetoed"] == 0 and free.stats.adaptive["plain_share"] < 0.2
+    on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)  # learn real costs again
+
+
 def test_plain_decoding_when_drafting_cannot_pay(auto_pair):
     """A draft step dearer than a plain step: the controller decodes plainly, defers the MTP
     catch-up (rows written in batches) and re-probes rarely; the output is unchanged."""

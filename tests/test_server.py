@@ -26,6 +26,8 @@ from server_harness import (
     plan_launch,
 )
 
+openai = pytest.importorskip("openai")
+
 # ----------------------------------------------------------------------------- exactness
 
 

@@ -317,6 +317,13 @@ void llama_mtp_pin_adaptive_costs(llama_mtp * m, double plain_ms, double draft_m
     }
 }
 
+void llama_mtp_set_realized_rates(llama_mtp * m, double plain_tok_per_ms, double draft_tok_per_ms) {
+    if (m) {
+        m->ctrl.real_plain = mtp::realized_rate{ plain_tok_per_ms * 100.0, 100.0, 100.0 };
+        m->ctrl.real_draft = mtp::realized_rate{ draft_tok_per_ms * 100.0, 100.0, 100.0 };
+    }
+}
+
 int32_t llama_mtp_n_past(const llama_mtp * mtp) {
     return mtp ? mtp->n_past() : 0;
 }

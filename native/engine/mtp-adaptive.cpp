@@ -289,10 +289,12 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
             t = running_mean{};
         }
     }
-    draft    = running_mean{};
-    catchup  = running_mean{};
-    sampling = running_mean{};
-    pinned   = plain_ms > 0.0;
+    draft      = running_mean{};
+    catchup    = running_mean{};
+    sampling   = running_mean{};
+    real_plain = realized_rate{};
+    real_draft = realized_rate{};
+    pinned     = plain_ms > 0.0;
     if (!pinned) {
         return;
     }

@@ -148,8 +148,10 @@ class Aggregate:
                                  "mean_draft_length": sum(k * n for k, n in enumerate(steps)) / total,
                                  "probes": sum(a["probes"] for a in adaptive),
                                  "cut": sum(a["cut"] for a in adaptive),
+                                 "vetoed": sum(a.get("vetoed", 0) for a in adaptive),
                                  "est_accept": adaptive[-1]["est_accept"],
-                                 "best_fixed_draft": adaptive[-1]["best_fixed_draft"]}
+                                 "best_fixed_draft": adaptive[-1]["best_fixed_draft"],
+                                 "last_run": adaptive[-1]}  # every estimate, as the last prompt left them
             if plain:
                 steps = self._sum("n_steps")
                 # adaptive: the mean draft length of its steps
