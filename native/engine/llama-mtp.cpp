@@ -213,11 +213,6 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     m->tokens.insert(m->tokens.end(), vt.begin(), vt.begin() + n_out);
     const auto t1 = mtp::clock_type::now();
     rc            = m->catch_up(vt.data(), n_out, n_past);
-    if (m->ctrl.on() && m->ctx_mtp != nullptr) {
-        // the controller times this step: a GPU backend would otherwise finish the catch-up decode during
-        // the next step, charging a drafting step's catch-up to the plain step after it
-        llama_synchronize(m->ctx_mtp);
-    }
     if (n_out > 1 && m->ctrl.on() && !m->ctrl.pinned) {
         m->ctrl.catchup.add(mtp::ms_since(t1));
     }
