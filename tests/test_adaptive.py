@@ -95,21 +95,21 @@ def test_greedy_identical_while_the_controller_switches(auto_pair):
 
 
 def test_drafting_is_vetoed_while_drafting_steps_are_measured_slower(auto_pair):
-    """The cost model says drafting pays (pinned nearly free), but whole drafting steps have been
-    measured slower than plain ones: the controller decodes plainly (probing now and then), and
-    drafts again once drafting steps measure faster. The output is the same throughout."""
+    """The cost model says drafting pays (pinned nearly free), but windows where the controller
+    drafted have been measured slower end to end than plain windows: it decodes plainly, and drafts
+    again once free windows measure faster. The output is the same throughout."""
     on, off = auto_pair
     prompt = PROMPTS[2]
     ref = off.generate(prompt, max_tokens=120)
     pin(on, *CHEAP)
     lib, eng = on.rt.lib, on.rt.engine
-    lib.llama_mtp_set_realized_rates(eng, 1.0, 0.8)  # drafting steps: 20% slower per token
+    lib.llama_mtp_set_realized_rates(eng, 1.0, 0.8)  # free windows: 20% slower per token
     vetoed = on.generate(prompt, max_tokens=120)
     a = vetoed.stats.adaptive
     assert vetoed.tokens == ref.tokens
     assert a["vetoed"] > 50 and a["plain_share"] > 0.8, a
     assert a["realized_plain_tok_per_ms"] == pytest.approx(1.0) and a["realized_draft_tok_per_ms"] == pytest.approx(0.8)
-    lib.llama_mtp_set_realized_rates(eng, 1.0, 1.5)  # now drafting steps measure faster
+    lib.llama_mtp_set_realized_rates(eng, 1.0, 1.5)  # now free windows measure faster
     free = on.generate(prompt, max_tokens=120)
     assert free.tokens == ref.tokens
     assert free.stats.adaptive["vetoed"] == 0 and free.stats.adaptive["plain_share"] < 0.2

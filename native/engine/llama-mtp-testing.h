@@ -29,9 +29,9 @@ LLAMA_API int32_t llama_mtp_set_synthetic_rates(struct llama_mtp * mtp, const fl
 LLAMA_API void llama_mtp_pin_adaptive_costs(struct llama_mtp * mtp, double plain_ms, double draft_ms,
                                             double verify_extra_ms);
 
-// TESTS ONLY: what the controller has measured end to end, in tokens per ms, for plain steps and for
-// drafting steps (as if from 100 recent steps of each). While pinned (above) nothing overwrites them.
-// The controller vetoes drafting while the drafting rate is below the plain one.
+// TESTS ONLY: what the controller has measured end to end, in tokens per ms, over windows of plain
+// steps and over windows where it drafted as it chose, and a new window chosen from them at once.
+// While pinned (above) nothing overwrites them. Drafting is vetoed while free windows run slower.
 LLAMA_API void llama_mtp_set_realized_rates(struct llama_mtp * mtp, double plain_tok_per_ms, double draft_tok_per_ms);
 
 #ifdef __cplusplus

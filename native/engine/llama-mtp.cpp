@@ -221,7 +221,7 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
         const double step_ms = mtp::ms_since(t_entry);
         const double parts   = (m->stats.t_draft_ms - draft_ms0) + target_ms + (m->stats.t_catchup_ms - catchup_ms0);
         m->ctrl.timed_overhead(gap + std::max(0.0, step_ms - parts));
-        m->ctrl.stepped(k > 0, n_out, gap + step_ms); // end to end, for the controller's veto
+        m->ctrl.stepped(n_out, gap + step_ms); // end to end, for the controller's windows
     }
     m->step_exit   = mtp::clock_type::now();
     m->step_exited = true;
@@ -319,8 +319,10 @@ void llama_mtp_pin_adaptive_costs(llama_mtp * m, double plain_ms, double draft_m
 
 void llama_mtp_set_realized_rates(llama_mtp * m, double plain_tok_per_ms, double draft_tok_per_ms) {
     if (m) {
-        m->ctrl.real_plain = mtp::realized_rate{ plain_tok_per_ms * 100.0, 100.0, 100.0 };
-        m->ctrl.real_draft = mtp::realized_rate{ draft_tok_per_ms * 100.0, 100.0, 100.0 };
+        m->ctrl.real_plain = mtp::realized_rate{ plain_tok_per_ms * 100.0, 100.0, 5.0 };
+        m->ctrl.real_draft = mtp::realized_rate{ draft_tok_per_ms * 100.0, 100.0, 5.0 };
+        m->ctrl.n_windows  = 0;
+        m->ctrl.next_window();
     }
 }
 

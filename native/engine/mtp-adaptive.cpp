@@ -105,6 +105,14 @@ int32_t controller::plan(int32_t k_cap) {
         rate  = 0.0;
         return 0;
     }
+    if (window_plain) { // a plain window (see next_window)
+        plain = true;
+        rate  = ratio(0);
+        if (vetoed()) {
+            n_vetoed++;
+        }
+        return 0;
+    }
     if (blocky()) {
         return plan_block(k_cap);
     }
@@ -125,13 +133,6 @@ int32_t controller::plan(int32_t k_cap) {
             probe   = r;
             probe_k = k;
         }
-    }
-    // the model's choice to draft stands only while drafting steps are not measured slower than plain ones
-    const bool veto = best_k > 0 && vetoed();
-    if (veto) {
-        n_vetoed++;
-        best_k = 0;
-        best   = now(0);
     }
     rate = best;
     if (best_k > 0) {
@@ -154,9 +155,8 @@ int32_t controller::plan(int32_t k_cap) {
     // two are close, rarely when drafting is far behind (each probe costs in proportion to the gap); a
     // draft cost timed only once or twice (a cold first decode) is re-timed soon whatever the gap
     plain               = true;
-    // how far drafting is behind: the model's estimate, or under a veto the measured rates
-    const double gap    = veto ? real_plain.get() / std::max(real_draft.get(), 1e-12) : best / std::max(probe, 1e-12);
-    const double cap    = veto ? 1024.0 : 16.0 * std::pow(4.0, (double) std::min<int64_t>(draft.n, 3));
+    const double gap    = best / std::max(probe, 1e-12);
+    const double cap    = 16.0 * std::pow(4.0, (double) std::min<int64_t>(draft.n, 3));
     const double period = std::min(cap, 16.0 * std::pow(gap, 8.0));
     if (probe_k > 0 && ++plain_run >= period) {
         plain_run = 0;
@@ -167,6 +167,34 @@ int32_t controller::plan(int32_t k_cap) {
         return probe_k;
     }
     return 0;
+}
+
+void controller::stepped(int32_t n_tok, double ms) {
+    if (!on() || pinned || !(ms > 0.0) || n_tok <= 0) {
+        return;
+    }
+    if (window_left <= 0) { // the first window decides freely
+        window_left = WINDOW;
+        window_tok = window_ms = 0.0;
+    }
+    window_tok += n_tok;
+    window_ms += ms;
+    if (--window_left == 0) {
+        (window_plain ? real_plain : real_draft).add(window_tok, window_ms, WIN_KEEP);
+        window_tok = window_ms = 0.0;
+        next_window();
+    }
+}
+
+void controller::next_window() {
+    n_windows++;
+    window_left = WINDOW;
+    if (real_plain.n <= 0.0 || real_draft.n <= 0.0) {
+        window_plain = real_plain.n <= 0.0 && real_draft.n > 0.0; // measure each policy once first
+        return;
+    }
+    const bool check = n_windows % CHECK == 0;
+    window_plain     = vetoed() != check; // the policy that leads, the other one every CHECK-th window
 }
 
 int32_t controller::plan_block(int32_t k_cap) {
@@ -289,12 +317,14 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
             t = running_mean{};
         }
     }
-    draft      = running_mean{};
-    catchup    = running_mean{};
-    sampling   = running_mean{};
-    real_plain = realized_rate{};
-    real_draft = realized_rate{};
-    pinned     = plain_ms > 0.0;
+    draft        = running_mean{};
+    catchup      = running_mean{};
+    sampling     = running_mean{};
+    real_plain   = realized_rate{};
+    real_draft   = realized_rate{};
+    window_plain = false;
+    window_left  = 0;
+    pinned       = plain_ms > 0.0;
     if (!pinned) {
         return;
     }

@@ -76,22 +76,23 @@ struct decayed_rate {
 };
 
 struct controller {
-    static constexpr int32_t K         = LLAMA_MTP_MAX_DRAFT;
-    static constexpr int32_t LOADS     = 16;   // loads 1..16 tracked apart (more: as 16)
-    static constexpr int32_t BINS      = 8;    // confidence buckets of [0, 1]
-    static constexpr int32_t MODES     = 3;    // greedy, chain, stochastic
-    static constexpr int32_t QUEUE     = 256;  // deferred MTP rows written once this many wait
-    static constexpr double  KEEP      = 0.98; // acceptance counts decay: ~50 recent drafts per position
-    static constexpr double  PRIOR_A   = 0.6;  // acceptance before any is measured (optimistic: it probes)
-    static constexpr double  PRIOR_W   = 2.0;
-    static constexpr double  PRIOR_D   = 0.25; // a draft decode before one is timed, in plain steps
-    static constexpr double  PRIOR_DV  = 0.15; // extra verify cost per token before measured, in plain steps
-    static constexpr double  DWELL     = 16.0; // steps a change of decode size is expected to last
-    static constexpr int32_t BLOCK     = 16;   // block mode: steps that keep one draft length
-    static constexpr double  FREE      = 0.05; // block mode when a size change costs more than this of a plain step
-    static constexpr double  REAL_KEEP = 0.99; // realized rates: ~100 recent steps of each kind
-    static constexpr double  REAL_MIN  = 8.0;  // steps of each kind before the realized rates are trusted
-    static constexpr double  VETO      = 0.98; // drafting is vetoed while its realized rate is below this x plain
+    static constexpr int32_t K        = LLAMA_MTP_MAX_DRAFT;
+    static constexpr int32_t LOADS    = 16;   // loads 1..16 tracked apart (more: as 16)
+    static constexpr int32_t BINS     = 8;    // confidence buckets of [0, 1]
+    static constexpr int32_t MODES    = 3;    // greedy, chain, stochastic
+    static constexpr int32_t QUEUE    = 256;  // deferred MTP rows written once this many wait
+    static constexpr double  KEEP     = 0.98; // acceptance counts decay: ~50 recent drafts per position
+    static constexpr double  PRIOR_A  = 0.6;  // acceptance before any is measured (optimistic: it probes)
+    static constexpr double  PRIOR_W  = 2.0;
+    static constexpr double  PRIOR_D  = 0.25; // a draft decode before one is timed, in plain steps
+    static constexpr double  PRIOR_DV = 0.15; // extra verify cost per token before measured, in plain steps
+    static constexpr double  DWELL    = 16.0; // steps a change of decode size is expected to last
+    static constexpr int32_t BLOCK    = 16;   // block mode: steps that keep one draft length
+    static constexpr double  FREE     = 0.05; // block mode when a size change costs more than this of a plain step
+    static constexpr int32_t WINDOW   = 32;   // steps per window (own loop: whole windows are timed)
+    static constexpr int32_t CHECK    = 8;    // every 8th window runs the policy that is behind
+    static constexpr double  WIN_KEEP = 0.8;  // window rates: ~5 recent windows of each policy
+    static constexpr double  VETO     = 0.98; // drafting is vetoed while its windows run below this x plain
 
     int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
@@ -107,12 +108,19 @@ struct controller {
                                         // backend re-captures its graph: ~2 slow decodes after each change)
     decayed_rate  acc[MODES][K];
     decayed_rate  cal[MODES][K][BINS];
-    // What the model cannot see (a catch-up the deferral pushed onto the next drafting step, a backend's
-    // cost of mixing sizes, the caller's work per token) shows in the end-to-end rates of whole steps:
-    // while drafting steps are measured slower than plain ones, the model's choice to draft is vetoed
-    // (probes keep the drafting rate measured). The engine's own loop reports them (llama_mtp_step).
-    realized_rate real_plain;
-    realized_rate real_draft;
+    // What the model cannot see (a GPU finishing one step's MTP catch-up during the next step, a catch-up
+    // the deferral pushes onto the next drafting step, the caller's work per token) shows only in the
+    // end-to-end rate of many steps. The engine's own loop times whole windows of WINDOW steps: windows
+    // where the controller decides freely, and windows of plain steps only. While free windows run below
+    // plain ones, the following windows decode plainly (every CHECK-th one decides freely again, to see
+    // whether that changed); otherwise every CHECK-th window is a plain one, to keep its rate measured.
+    realized_rate real_plain;           // tokens per ms of plain windows
+    realized_rate real_draft;           // tokens per ms of free windows (the controller drafting as it chooses)
+    bool          window_plain = false; // the current window decodes plainly
+    int32_t       window_left  = 0;     // steps left in it (0: the next step opens a window)
+    int64_t       n_windows    = 0;
+    double        window_tok   = 0.0;
+    double        window_ms    = 0.0;
 
     // ---- the current step ----
     int32_t            mode       = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
@@ -142,16 +150,14 @@ struct controller {
     int64_t n_vetoed       = 0;
 
     bool on() const { return k_max > 0; }
-    // drafting steps were measured slower than plain ones (end to end)
+    // free windows were measured slower than plain ones (end to end)
     bool vetoed() const {
-        return real_plain.n >= REAL_MIN && real_draft.n >= REAL_MIN && real_draft.get() < VETO * real_plain.get();
+        return real_plain.n > 0.0 && real_draft.n > 0.0 && real_draft.get() < VETO * real_plain.get();
     }
-    // a whole step (the caller's time before it included) emitted n_tok tokens in ms; drafted: it drafted
-    void stepped(bool drafted_any, int32_t n_tok, double ms) {
-        if (on() && !pinned && ms > 0.0 && n_tok > 0) {
-            (drafted_any ? real_draft : real_plain).add(n_tok, ms, REAL_KEEP);
-        }
-    }
+    // the policy of the next window, from the measured rates
+    void next_window();
+    // own loop: a whole step (the caller's time before it included) emitted n_tok tokens in ms
+    void stepped(int32_t n_tok, double ms);
     // Block mode: where a change of decode size is dear (a GPU backend re-captures its graph for ~2
     // decodes after each change), per-step choices would keep the graphs cold; the controller then
     // chooses a draft length for BLOCK steps at a time, drafts exactly that (no cuts), and every 8th

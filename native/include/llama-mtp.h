@@ -223,11 +223,10 @@ struct llama_mtp_adaptive_stats {
     float   accept[LLAMA_MTP_MAX_DRAFT];          // estimate: P(draft i accepted | the drafts before it were)
     int32_t k_best;                               // the fixed draft length these estimates favour now
     double  speedup;                              // its expected speed relative to plain decoding
-    double  realized_plain;                       // measured tokens per ms of recent plain steps (0: none yet)
-    double  realized_draft;                       // measured tokens per ms of recent drafting steps, every cost
-                                                  // of the step included (0: none yet)
-    int64_t n_vetoed;                             // steps the model chose to draft, kept plain because drafting
-                                                  // steps were measured slower than plain ones
+    double  realized_plain;                       // own loop: tokens per ms of recent windows of plain steps
+    double  realized_draft;                       // own loop: tokens per ms of recent windows where the
+                                                  // controller drafted as it chose (0: none measured yet)
+    int64_t n_vetoed;                             // steps kept plain because free windows ran slower
 };
 
 // What the controller did since the last llama_mtp_reset_stats, and its current estimates.

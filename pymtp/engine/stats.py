@@ -126,8 +126,9 @@ def adaptive_dict(a) -> dict:
         "est_accept": [round(float(a.accept[i]), 4) for i in range(a.k_max)],
         "best_fixed_draft": int(a.k_best),
         "est_speedup": float(a.speedup),
-        # measured end to end (tokens per ms of recent plain / drafting steps; 0: none yet), and the
-        # steps kept plain because drafting steps were measured slower
+        # measured end to end over windows of 32 steps (tokens per ms of recent plain-only windows and of
+        # windows where the controller drafted as it chose; 0: none yet), and the steps kept plain
+        # because free windows ran slower
         "realized_plain_tok_per_ms": float(a.realized_plain),
         "realized_draft_tok_per_ms": float(a.realized_draft),
         "vetoed": int(a.n_vetoed),
