@@ -15,7 +15,9 @@ import pytest
 import pymtp
 from gpu import NGL
 
-TOL = 0.0 if NGL == 0 else 2e-2  # CPU: bit-identical rows (batch-invariant kernels); CUDA: rounding (~7e-3 seen)
+# CPU: bit-identical rows (batch-invariant kernels); CUDA: a token's row rounds differently in a k+1 verify
+# batch than in a 1-token decode (up to 0.024 in a logprob seen on the H100, docs/results/gpu-parity-h100)
+TOL = 0.0 if NGL == 0 else 5e-2
 PROMPTS = ["The quick brown fox", "1, 2, 3, 4,", "def fibonacci(n):", "Once upon a time"]
 
 

@@ -18,7 +18,9 @@ from gpu import NGL
 from server_harness import PROMPTS
 
 VOLATILE = {"id", "created", "timings", "system_fingerprint"}
-TOL = 0.0 if NGL == 0 else 2e-2  # CPU: bit-identical rows (batch-invariant kernels); CUDA: rounding (~7e-3 seen)
+# CPU: bit-identical rows (batch-invariant kernels); CUDA: a token's row rounds differently in a k+1 verify
+# batch than in a 1-token decode (up to 0.024 in a logprob seen on the H100, docs/results/gpu-parity-h100)
+TOL = 0.0 if NGL == 0 else 5e-2
 
 
 # which slot serves a concurrent request, and so what it has cached, is up to the scheduler
@@ -35,8 +37,27 @@ def strip(x, also: frozenset = frozenset()):
     return x
 
 
+def ranked(entries: list) -> bool:
+    """A list of alternatives with probabilities (top_logprobs, probs): on CUDA two of them within
+    rounding of each other may swap places."""
+    return bool(entries) and all(isinstance(e, dict) and ("logprob" in e or "prob" in e) for e in entries)
+
+
+def assert_same_ranking(a: list, b: list, where: str, path: str) -> None:
+    key = "logprob" if "logprob" in a[0] else "prob"
+    assert len(a) == len(b), f"{where}: length differs at {path}"
+    by_id = {e.get("id", e.get("token")): e[key] for e in a}
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert abs(x[key] - y[key]) <= TOL, f"{where}: {path}[{i}]: {x[key]} vs {y[key]}"
+        yid = y.get("id", y.get("token"))
+        assert x == y or (yid in by_id and abs(by_id[yid] - x[key]) <= 2 * TOL) or i == len(a) - 1, \
+            f"{where}: {path}[{i}]: {x} vs {y}"
+
+
 def assert_same(a, b, where: str, path: str = "") -> None:
     """Equal structure and values; floats within TOL (0 on the CPU)."""
+    if TOL > 0 and isinstance(a, list) and isinstance(b, list) and ranked(a) and ranked(b):
+        return assert_same_ranking(a, b, where, path)
     if isinstance(a, dict) and isinstance(b, dict):
         assert a.keys() == b.keys(), f"{where}: keys differ at {path or '/'}: {sorted(a.keys() ^ b.keys())}"
         for k in a:

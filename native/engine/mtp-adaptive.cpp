@@ -180,7 +180,12 @@ void controller::stepped(int32_t n_tok, double ms) {
     window_tok += n_tok;
     window_ms += ms;
     if (--window_left == 0) {
-        (window_plain ? real_plain : real_draft).add(window_tok, window_ms, WIN_KEEP);
+        // each policy's first window is cold (graphs built and captured for new sizes, costs and acceptance
+        // not learned yet) and would weigh on its rate for many windows: it only opens the measurements
+        int64_t & seen = window_plain ? n_plain_windows : n_free_windows;
+        if (seen++ > 0) {
+            (window_plain ? real_plain : real_draft).add(window_tok, window_ms, WIN_KEEP);
+        }
         window_tok = window_ms = 0.0;
         next_window();
     }
@@ -189,8 +194,8 @@ void controller::stepped(int32_t n_tok, double ms) {
 void controller::next_window() {
     n_windows++;
     window_left = WINDOW;
-    if (real_plain.n <= 0.0 || real_draft.n <= 0.0) {
-        window_plain = real_plain.n <= 0.0 && real_draft.n > 0.0; // measure each policy once first
+    if (real_plain.n <= 0.0 || real_draft.n <= 0.0) { // measure each policy first, free and plain in turn
+        window_plain = !window_plain;
         return;
     }
     const bool check = n_windows % CHECK == 0;
@@ -317,14 +322,16 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
             t = running_mean{};
         }
     }
-    draft        = running_mean{};
-    catchup      = running_mean{};
-    sampling     = running_mean{};
-    real_plain   = realized_rate{};
-    real_draft   = realized_rate{};
-    window_plain = false;
-    window_left  = 0;
-    pinned       = plain_ms > 0.0;
+    draft           = running_mean{};
+    catchup         = running_mean{};
+    sampling        = running_mean{};
+    real_plain      = realized_rate{};
+    real_draft      = realized_rate{};
+    window_plain    = false;
+    window_left     = 0;
+    n_free_windows  = 0;
+    n_plain_windows = 0;
+    pinned          = plain_ms > 0.0;
     if (!pinned) {
         return;
     }

@@ -114,13 +114,15 @@ struct controller {
     // where the controller decides freely, and windows of plain steps only. While free windows run below
     // plain ones, the following windows decode plainly (every CHECK-th one decides freely again, to see
     // whether that changed); otherwise every CHECK-th window is a plain one, to keep its rate measured.
-    realized_rate real_plain;           // tokens per ms of plain windows
-    realized_rate real_draft;           // tokens per ms of free windows (the controller drafting as it chooses)
-    bool          window_plain = false; // the current window decodes plainly
-    int32_t       window_left  = 0;     // steps left in it (0: the next step opens a window)
-    int64_t       n_windows    = 0;
-    double        window_tok   = 0.0;
-    double        window_ms    = 0.0;
+    realized_rate real_plain;              // tokens per ms of plain windows
+    realized_rate real_draft;              // tokens per ms of free windows (the controller drafting as it chooses)
+    bool          window_plain    = false; // the current window decodes plainly
+    int32_t       window_left     = 0;     // steps left in it (0: the next step opens a window)
+    int64_t       n_windows       = 0;
+    int64_t       n_free_windows  = 0; // windows of each policy so far (the first one is not measured)
+    int64_t       n_plain_windows = 0;
+    double        window_tok      = 0.0;
+    double        window_ms       = 0.0;
 
     // ---- the current step ----
     int32_t            mode       = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
