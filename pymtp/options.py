@@ -90,5 +90,5 @@ MTP_HELP = "multi-token prediction: " + ", ".join(_pairs(MTP_MODE_HELP))
 DRAFT_HELP = "how drafts are made and checked: " + "; ".join(_pairs(DRAFT_MODE_HELP))
 HEADS_HELP = "models with several MTP layers: " + ", ".join(_pairs(HEAD_POLICY_HELP))
 N_DRAFT_HELP = (f"tokens drafted per step by the MTP head: 'auto' (each step drafts 0..{ADAPTIVE_MAX_DRAFT}, "
-                "as many as the engine measures to pay on this machine and text; never slower than plain "
-                f"decoding by design) or a fixed 0..{MAX_DRAFT}")
+                "as many as the engine measures to pay on this machine and text; plain decoding where "
+                f"drafting does not pay) or a fixed 0..{MAX_DRAFT}")
