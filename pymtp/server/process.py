@@ -1,8 +1,10 @@
 """Starting and stopping a llama-server process so that it never outlives whoever started it.
 
 Every place that starts a server (``pymtp serve``, the benchmarks, the tests) goes through
-``start_server``: on Linux the kernel sends the child SIGTERM when its parent dies, however it
-dies (``kill -9`` included), through ``PR_SET_PDEATHSIG``. ``stop_server`` asks politely (SIGTERM:
+``start_server``: on Linux the kernel kills the child (SIGKILL) when its parent dies, however it
+dies (``kill -9`` included), through ``PR_SET_PDEATHSIG``. SIGKILL, not SIGTERM: nobody is left to
+wait for a graceful stop, and under load llama-server's own shutdown with a stream in flight took
+longer than 10 s (seen in CI). ``stop_server`` asks politely (SIGTERM:
 llama-server finishes the decode in flight and exits) and kills after a few seconds.
 ``signals_raise_interrupt`` turns SIGTERM and SIGHUP (what systemd, docker stop and terminals
 send) into the same clean path as Ctrl-C.
@@ -31,10 +33,10 @@ class Terminated(KeyboardInterrupt):
 
 
 def _die_with_parent(parent: int):
-    """preexec_fn: SIGTERM this child when the parent dies; exit at once if it already has."""
+    """preexec_fn: SIGKILL this child when the parent dies; exit at once if it already has."""
     def setup() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the parent died between fork and prctl
             os._exit(1)
     return setup
