@@ -56,14 +56,27 @@ class Server:
         self.client = None if openai is None else openai.OpenAI(base_url=self.url + "/v1", api_key="none",
                                                                 max_retries=0, timeout=60)
 
-    def post(self, path: str, body: bytes | dict, timeout: float = 60) -> tuple[int, dict]:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+    def post(self, path: str, body: bytes | dict, timeout: float = 120) -> tuple[int, dict]:
+        """(status, JSON answer); a body that is not JSON (an error page, a stream) comes back as {"raw": text}."""
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, json.loads(r.read())
+            with urllib.request.urlopen(self._request(path, body), timeout=timeout) as r:
+                code, raw = r.status, r.read()
         except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"{}")
+            code, raw = e.code, e.read()
+        try:
+            return code, json.loads(raw or b"{}")
+        except ValueError:
+            return code, {"raw": raw.decode(errors="replace")}
+
+    def events(self, path: str, body: dict, timeout: float = 120) -> list[dict]:
+        """The server-sent events of a streamed answer."""
+        with urllib.request.urlopen(self._request(path, body), timeout=timeout) as r:
+            return [json.loads(line[6:]) for line in r
+                    if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]")]
+
+    def _request(self, path: str, body: bytes | dict) -> urllib.request.Request:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
 
     def healthy(self) -> bool:
         try:

@@ -64,6 +64,10 @@ class FakeCompletion:
     finish_reason: str
     stats: FakeStats
 
+    def to_dict(self):  # as pymtp.Completion.to_dict
+        return {"text": self.text, "tokens": list(self.tokens), "finish_reason": self.finish_reason,
+                "stats": self.stats.to_dict()}
+
 
 class FakeStream:
     def __init__(self, deltas, interrupt_after=None):

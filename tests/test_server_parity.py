@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import urllib.request
 
 import pytest
 
@@ -74,17 +73,11 @@ def assert_same(a, b, where: str, path: str = "") -> None:
 
 def request(server, path: str, body: dict) -> object:
     """The JSON answer, or for stream=True the list of its server-sent events."""
-    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        if not body.get("stream"):
-            return json.loads(r.read())
-        events = []
-        for line in r:
-            line = line.decode().strip()
-            if line.startswith("data: ") and line != "data: [DONE]":
-                events.append(json.loads(line[len("data: "):]))
-        return events
+    if body.get("stream"):
+        return server.events(path, body)
+    code, r = server.post(path, body)
+    assert code == 200, r
+    return r
 
 
 def cases(prompt: str) -> list[tuple[str, dict]]:

@@ -9,8 +9,6 @@ another conversation, or after a prompt-cache restore.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
-import urllib.request
 
 from server_harness import PROMPTS
 
@@ -18,10 +16,9 @@ LONG = " ".join(f"item {i}," for i in range(40))  # ~120 tokens: several 16-toke
 
 
 def ask(server, body: dict) -> dict:
-    req = urllib.request.Request(server.url + "/completion", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())
+    code, r = server.post("/completion", body)
+    assert code == 200, r
+    return r
 
 
 def run(server, body: dict) -> tuple[str, int, int]:

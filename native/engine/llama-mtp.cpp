@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 llama_mtp_params llama_mtp_default_params(void) {
     llama_mtp_params p{};
@@ -129,7 +128,6 @@ int32_t llama_mtp_prefill(llama_mtp * m, const llama_token * toks, int32_t n) {
     m->logits_pending = true;
     m->has_last       = false;
     m->step_out.clear();
-    m->step_rows.clear();
     m->stats.t_prefill_ms += mtp::ms_since(t0);
     return LLAMA_MTP_OK;
 }
@@ -151,9 +149,9 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
         m->stats.n_generated++;
         out[0] = tok;
         m->step_out.assign(1, tok);
-        m->step_rows.assign(1, -1);
-        m->step_exit   = mtp::clock_type::now();
-        m->step_exited = true;
+        m->step_sampled_only = true;
+        m->step_exit         = mtp::clock_type::now();
+        m->step_exited       = true;
         return 1;
     }
     const double draft_ms0 = m->stats.t_draft_ms, catchup_ms0 = m->stats.t_catchup_ms;
@@ -201,8 +199,7 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
 
     const int32_t n_out = m->verify(smpl, vt, k, out, 0);
     m->step_out.assign(out, out + n_out);
-    m->step_rows.resize(n_out);
-    std::iota(m->step_rows.begin(), m->step_rows.end(), 0);
+    m->step_sampled_only   = false;
     const double target_ms = mtp::ms_since(t0);
     m->ctrl.timed_target(k + 1, 1, target_ms); // the decode and the sampling of its rows
 
@@ -251,7 +248,6 @@ void llama_mtp_clear(llama_mtp * m) {
     m->has_last       = false;
     m->id_last        = LLAMA_TOKEN_NULL;
     m->step_out.clear();
-    m->step_rows.clear();
 }
 
 int32_t llama_mtp_step_logprobs(llama_mtp * m, int32_t i, int32_t n_top, float * logprob, llama_token * top_ids,
@@ -265,7 +261,9 @@ int32_t llama_mtp_step_logprobs(llama_mtp * m, int32_t i, int32_t n_top, float *
     if (i < 0 || i >= (int32_t) m->step_out.size()) {
         return LLAMA_MTP_ERR_ARG;
     }
-    const float * row = llama_get_logits_ith(m->ctx_tgt, m->step_rows[i]);
+    // a step's token i came from row i of its verify decode; the first token after a prefill (the step
+    // that only sampled) from the prefill's last row
+    const float * row = llama_get_logits_ith(m->ctx_tgt, m->step_sampled_only ? -1 : i);
     if (row == nullptr) {
         return LLAMA_MTP_ERR_STATE;
     }
@@ -280,15 +278,23 @@ int32_t llama_mtp_step_logprobs(llama_mtp * m, int32_t i, int32_t n_top, float *
     if (logprob != nullptr) {
         *logprob = (float) (row[m->step_out[i]] - lse);
     }
-    n_top = std::min(n_top, n);
-    std::vector<llama_token> ids(n);
-    std::iota(ids.begin(), ids.end(), 0);
-    // most likely first; equal logits by token id, so the order is deterministic
-    std::partial_sort(ids.begin(), ids.begin() + n_top, ids.end(),
-                      [row](llama_token a, llama_token b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    // the n_top most likely, best first (equal logits by token id: a deterministic order), kept sorted in
+    // top_ids while scanning the row once
+    n_top          = std::min(n_top, n);
+    auto    better = [row](llama_token a, llama_token b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
+    int32_t kept   = 0;
+    for (llama_token t = 0; t < n && n_top > 0; ++t) {
+        if (kept == n_top && !better(t, top_ids[kept - 1])) {
+            continue;
+        }
+        int32_t j = kept < n_top ? kept++ : kept - 1;
+        for (; j > 0 && better(t, top_ids[j - 1]); --j) {
+            top_ids[j] = top_ids[j - 1];
+        }
+        top_ids[j] = t;
+    }
     for (int32_t j = 0; j < n_top; ++j) {
-        top_ids[j]      = ids[j];
-        top_logprobs[j] = (float) (row[ids[j]] - lse);
+        top_logprobs[j] = (float) (row[top_ids[j]] - lse);
     }
     return n_top;
 }

@@ -147,8 +147,9 @@ struct llama_mtp {
     bool                     logits_pending = false; // prefill left logits for the first token
     bool                     has_last       = false; // id_last was emitted but not decoded yet
     llama_token              id_last        = LLAMA_TOKEN_NULL;
-    std::vector<llama_token> step_out;  // the last step's emitted tokens (llama_mtp_step_logprobs)
-    std::vector<int32_t>     step_rows; // the target's logits row of each of them
+    std::vector<llama_token> step_out;                  // the last step's emitted tokens (llama_mtp_step_logprobs)
+    bool                     step_sampled_only = false; // it sampled the prefill's last row (-1); otherwise token
+                                                        // i came from row i of its verify decode
 
     // ---- the MTP KV writer (mtp-kv-writer.cpp) ----
     mtp::target_rows target_h;     // the target's hidden rows of its last decode

@@ -77,18 +77,6 @@ def stream_to_stdout(stream):
     return stream.result, interrupted
 
 
-def completion_dict(completion) -> dict:
-    d = {
-        "text": completion.text,
-        "tokens": list(completion.tokens),
-        "finish_reason": completion.finish_reason,
-        "stats": completion.stats.to_dict(),
-    }
-    if getattr(completion, "logprobs", None) is not None:
-        d["logprobs"] = [t.to_dict() for t in completion.logprobs]
-    return d
-
-
 def run(args: argparse.Namespace) -> int:
     common.validate_args(args)
     if args.logprobs is not None and not args.json:
@@ -104,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json or args.no_stream:
             completion = model.generate(prompt, stream=False, **kwargs)
             if args.json:
-                print(json.dumps(completion_dict(completion)))
+                print(json.dumps(completion.to_dict()))
             else:
                 sys.stdout.write(completion.text)
         else:
