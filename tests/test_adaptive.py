@@ -116,6 +116,28 @@ def test_drafting_is_vetoed_while_drafting_steps_are_measured_slower(auto_pair):
     on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)  # learn real costs again
 
 
+def test_no_plain_windows_where_drafting_clearly_wins(auto_pair):
+    """Free windows measured 1.3x above the model's plain rate need no plain window to confirm them
+    (on the 27B shape those windows cost ~100 plain steps of a short run); below that margin, plain
+    windows run to measure the plain rate."""
+    on, off = auto_pair
+    prompt = PROMPTS[3]
+    ref = off.generate(prompt, max_tokens=96)
+    pin(on, *CHEAP)  # the model's plain rate: ~1 token per ms
+    lib, eng = on.rt.lib, on.rt.engine
+    lib.llama_mtp_set_realized_rates(eng, 0.0, 1.4)  # no plain window measured, free ones 1.4x
+    clear = on.generate(prompt, max_tokens=96)
+    lib.llama_mtp_set_realized_rates(eng, 0.0, 1.1)  # only 1.1x: a plain window measures plain decoding
+    unsure = on.generate(prompt, max_tokens=96)
+    lib.llama_mtp_set_realized_rates(eng, 2.0, 1.4)  # plain windows measured faster: that rate counts
+    behind = on.generate(prompt, max_tokens=96)
+    on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)
+    assert clear.tokens == unsure.tokens == behind.tokens == ref.tokens
+    assert clear.stats.adaptive["plain_share"] < 0.2, clear.stats.adaptive
+    assert unsure.stats.adaptive["plain_share"] > 0.8, unsure.stats.adaptive
+    assert behind.stats.adaptive["plain_share"] > 0.8 and behind.stats.adaptive["vetoed"] > 20, behind.stats.adaptive
+
+
 def test_plain_decoding_when_drafting_cannot_pay(auto_pair):
     """A draft step dearer than a plain step: the controller decodes plainly, defers the MTP
     catch-up (rows written in batches) and re-probes rarely; the output is unchanged."""

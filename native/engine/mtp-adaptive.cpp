@@ -184,7 +184,9 @@ void controller::stepped(int32_t n_tok, double ms) {
         // not learned yet) and would weigh on its rate for many windows: it only opens the measurements
         int64_t & seen = window_plain ? n_plain_windows : n_free_windows;
         if (seen++ > 0) {
-            (window_plain ? real_plain : real_draft).add(window_tok, window_ms, WIN_KEEP);
+            // a check window (every CHECK-th, the policy behind) weighs more: one that finds the other
+            // policy ahead again ends its lead without waiting for many more checks
+            (window_plain ? real_plain : real_draft).add(window_tok, window_ms, window_check ? CHECK_KEEP : WIN_KEEP);
         }
         window_tok = window_ms = 0.0;
         next_window();
@@ -194,12 +196,26 @@ void controller::stepped(int32_t n_tok, double ms) {
 void controller::next_window() {
     n_windows++;
     window_left = WINDOW;
-    if (real_plain.n <= 0.0 || real_draft.n <= 0.0) { // measure each policy first, free and plain in turn
-        window_plain = !window_plain;
+    if (window_check && !window_plain) { // a free check window ended: did drafting catch up?
+        n_failed_checks = vetoed() ? n_failed_checks + 1 : 0;
+    }
+    window_check = false;
+    // free windows first (the first one cold); where they run clearly above the model's plain rate,
+    // drafting wins by a margin no plain window needs to confirm, and none runs
+    if (real_draft.n <= 0.0 || clear()) {
+        window_plain = false;
         return;
     }
-    const bool check = n_windows % CHECK == 0;
-    window_plain     = vetoed() != check; // the policy that leads, the other one every CHECK-th window
+    if (real_plain.n <= 0.0) { // then plain ones (the first one cold)
+        window_plain = true;
+        return;
+    }
+    // the policy that leads, the other one every CHECK-th window; while free windows keep failing their
+    // checks, they come every 2nd, then 4th CHECK-th window (each one costs while drafting loses)
+    const bool    behind = vetoed();
+    const int64_t period = behind ? (int64_t) CHECK << std::min(n_failed_checks, 2) : CHECK;
+    window_check         = n_windows % period == 0;
+    window_plain         = behind != window_check;
 }
 
 int32_t controller::plan_block(int32_t k_cap) {
@@ -328,9 +344,11 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
     real_plain      = realized_rate{};
     real_draft      = realized_rate{};
     window_plain    = false;
+    window_check    = false;
     window_left     = 0;
     n_free_windows  = 0;
     n_plain_windows = 0;
+    n_failed_checks = 0;
     pinned          = plain_ms > 0.0;
     if (!pinned) {
         return;

@@ -93,6 +93,8 @@ struct controller {
     static constexpr int32_t CHECK    = 8;    // every 8th window runs the policy that is behind
     static constexpr double  WIN_KEEP = 0.8;  // window rates: ~5 recent windows of each policy
     static constexpr double  VETO     = 0.98; // drafting is vetoed while its windows run below this x plain
+    static constexpr double  CLEAR    = 1.3;  // free windows this far above the modelled plain rate: no plain windows
+    static constexpr double  CHECK_KEEP = 0.5; // a check window (the policy behind) weighs this much more
 
     int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
@@ -121,6 +123,8 @@ struct controller {
     int64_t       n_windows       = 0;
     int64_t       n_free_windows  = 0; // windows of each policy so far (the first one is not measured)
     int64_t       n_plain_windows = 0;
+    int32_t       n_failed_checks = 0;     // free check windows in a row that left drafting vetoed
+    bool          window_check    = false; // the current window runs the policy that is behind
     double        window_tok      = 0.0;
     double        window_ms       = 0.0;
 
@@ -154,7 +158,13 @@ struct controller {
     bool on() const { return k_max > 0; }
     // free windows were measured slower than plain ones (end to end)
     bool vetoed() const {
-        return real_plain.n > 0.0 && real_draft.n > 0.0 && real_draft.get() < VETO * real_plain.get();
+        return !clear() && real_plain.n > 0.0 && real_draft.n > 0.0 && real_draft.get() < VETO * real_plain.get();
+    }
+    // free windows run so far above the model's plain rate that plain windows would only cost time
+    // (the plain rate: the model's, or the measured one where plain windows ran and measured faster)
+    bool clear() const {
+        const double r0 = std::max(ratio(0), real_plain.n > 0.0 ? real_plain.get() : 0.0);
+        return real_draft.n > 0.0 && r0 > 0.0 && real_draft.get() >= CLEAR * r0;
     }
     // the policy of the next window, from the measured rates
     void next_window();
