@@ -79,6 +79,34 @@ def vendor_script():
     return mod
 
 
+# ---- llama-cpp-python 0.3.36 on pymtp's library (tests/test_llama_cpp_*.py)
+
+LLAMA_CPP_PYTHON = "0.3.36"
+
+
+def python_path(*dirs) -> str:
+    """PYTHONPATH for a subprocess: these directories, then the caller's own PYTHONPATH (if any)."""
+    return os.pathsep.join([*map(str, dirs), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_python(vendor_script) -> Path:
+    """A directory holding llama_cpp with its server extra and the packages its tests import, installed
+    once into pymtp's cache as the README says (no native build: it loads pymtp's library); ~30 s."""
+    import subprocess
+
+    target = vendor_script.cache_dir() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}-server"
+    if not (target / "llama_cpp" / "__init__.py").is_file() or not (target / "fastapi").is_dir():
+        env = dict(os.environ, CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF")
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            "--target", str(target), f"llama-cpp-python[server]=={LLAMA_CPP_PYTHON}",
+                            "huggingface_hub", "pydantic", "diskcache", "typing-extensions"],
+                           env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, (f"installing llama-cpp-python {LLAMA_CPP_PYTHON} failed:\n"
+                                   f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    return target
+
+
 # ---- llama-server (tests/server_harness.py): tiny models and servers started on first use
 
 

@@ -2,8 +2,8 @@
 its own offline tests (those that need no model download) pass with LLAMA_CPP_LIB_PATH at pymtp's
 library. Before pymtp's ABI fix a vocab-only Llama() crashed here with a segmentation fault.
 
-llama-cpp-python is installed once, without its native build (it loads pymtp's library), into
-pymtp's cache directory: about 20 s from the package registry."""
+llama-cpp-python is installed once (the llama_cpp_python fixture, conftest.py), without its native
+build: it loads pymtp's library."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import python_path
 from pymtp._native.lib import lib_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,21 +34,6 @@ OFFLINE_TESTS = (
 
 
 @pytest.fixture(scope="module")
-def llama_cpp_python(vendor_script) -> Path:
-    """A directory holding llama_cpp (no native build) and the packages its tests import."""
-    vendor = vendor_script
-    target = vendor.cache_dir() / f"llama-cpp-python-{VERSION}"
-    if not (target / "llama_cpp" / "__init__.py").is_file():
-        env = dict(os.environ, CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF")
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                            "--target", str(target), f"llama-cpp-python=={VERSION}", "huggingface_hub", "pydantic",
-                            "diskcache", "typing-extensions"],
-                           env=env, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, f"installing llama-cpp-python {VERSION} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}"
-    return target
-
-
-@pytest.fixture(scope="module")
 def its_tests(tmp_path_factory, vendor_script) -> Path:
     """llama-cpp-python's tests/ from its sdist (the pinned, checksummed one the build uses)."""
     vendor = vendor_script
@@ -63,7 +49,7 @@ def its_tests(tmp_path_factory, vendor_script) -> Path:
 
 def run_with_pymtp_lib(deps: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     # its tests open ./vendor/llama.cpp/models/...: the repository root has that tree after the build
-    env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(lib_dir()), PYTHONPATH=str(deps))
+    env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(lib_dir()), PYTHONPATH=python_path(deps))
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -326,7 +326,9 @@ void llama_mtp_pin_adaptive_costs(llama_mtp * m, double plain_ms, double draft_m
 void llama_mtp_set_realized_rates(llama_mtp * m, double plain_tok_per_ms, double draft_tok_per_ms) {
     if (m) {
         // a rate <= 0: that policy's windows are not measured yet
-        auto rate = [](double r) { return r > 0.0 ? mtp::realized_rate{ r * 100.0, 100.0, 5.0 } : mtp::realized_rate{}; };
+        auto rate = [](double r) {
+            return r > 0.0 ? mtp::realized_rate{ r * 100.0, 100.0, 5.0 } : mtp::realized_rate{};
+        };
         m->ctrl.real_plain      = rate(plain_tok_per_ms);
         m->ctrl.real_draft      = rate(draft_tok_per_ms);
         m->ctrl.n_windows       = 0;

@@ -76,25 +76,25 @@ struct decayed_rate {
 };
 
 struct controller {
-    static constexpr int32_t K        = LLAMA_MTP_MAX_DRAFT;
-    static constexpr int32_t LOADS    = 16;   // loads 1..16 tracked apart (more: as 16)
-    static constexpr int32_t BINS     = 8;    // confidence buckets of [0, 1]
-    static constexpr int32_t MODES    = 3;    // greedy, chain, stochastic
-    static constexpr int32_t QUEUE    = 256;  // deferred MTP rows written once this many wait
-    static constexpr double  KEEP     = 0.98; // acceptance counts decay: ~50 recent drafts per position
-    static constexpr double  PRIOR_A  = 0.6;  // acceptance before any is measured (optimistic: it probes)
-    static constexpr double  PRIOR_W  = 2.0;
-    static constexpr double  PRIOR_D  = 0.25; // a draft decode before one is timed, in plain steps
-    static constexpr double  PRIOR_DV = 0.15; // extra verify cost per token before measured, in plain steps
-    static constexpr double  DWELL    = 16.0; // steps a change of decode size is expected to last
-    static constexpr int32_t BLOCK    = 16;   // block mode: steps that keep one draft length
-    static constexpr double  FREE     = 0.05; // block mode when a size change costs more than this of a plain step
-    static constexpr int32_t WINDOW   = 32;   // steps per window (own loop: whole windows are timed)
-    static constexpr int32_t CHECK    = 8;    // every 8th window runs the policy that is behind
-    static constexpr double  WIN_KEEP = 0.8;  // window rates: ~5 recent windows of each policy
-    static constexpr double  VETO     = 0.98; // drafting is vetoed while its windows run below this x plain
-    static constexpr double  CLEAR    = 1.3;  // free windows this far above the modelled plain rate: no plain windows
-    static constexpr double  CHECK_KEEP = 0.5; // a check window (the policy behind) weighs this much more
+    static constexpr int32_t K          = LLAMA_MTP_MAX_DRAFT;
+    static constexpr int32_t LOADS      = 16;   // loads 1..16 tracked apart (more: as 16)
+    static constexpr int32_t BINS       = 8;    // confidence buckets of [0, 1]
+    static constexpr int32_t MODES      = 3;    // greedy, chain, stochastic
+    static constexpr int32_t QUEUE      = 256;  // deferred MTP rows written once this many wait
+    static constexpr double  KEEP       = 0.98; // acceptance counts decay: ~50 recent drafts per position
+    static constexpr double  PRIOR_A    = 0.6;  // acceptance before any is measured (optimistic: it probes)
+    static constexpr double  PRIOR_W    = 2.0;
+    static constexpr double  PRIOR_D    = 0.25; // a draft decode before one is timed, in plain steps
+    static constexpr double  PRIOR_DV   = 0.15; // extra verify cost per token before measured, in plain steps
+    static constexpr double  DWELL      = 16.0; // steps a change of decode size is expected to last
+    static constexpr int32_t BLOCK      = 16;   // block mode: steps that keep one draft length
+    static constexpr double  FREE       = 0.05; // block mode when a size change costs more than this of a plain step
+    static constexpr int32_t WINDOW     = 32;   // steps per window (own loop: whole windows are timed)
+    static constexpr int32_t CHECK      = 8;    // every 8th window runs the policy that is behind
+    static constexpr double  WIN_KEEP   = 0.8;  // window rates: ~5 recent windows of each policy
+    static constexpr double  VETO       = 0.98; // drafting is vetoed while its windows run below this x plain
+    static constexpr double  CLEAR      = 1.3;  // free windows this far above the modelled plain rate: no plain windows
+    static constexpr double  CHECK_KEEP = 0.5;  // a check window (the policy behind) weighs this much more
 
     int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)

@@ -89,41 +89,63 @@ def check_gguf_file(path: Path) -> None:
         raise ModelFileError(f"not a GGUF file: {path}")
 
 
+def find_head(path: Path, cfg: RuntimeConfig) -> tuple[Path | None, bool]:
+    """(head file, auto-detected) for loading ``path`` under ``cfg``; (None, False) when there is none
+    to use: the given ``mtp_head`` (checked), else ``<model stem>.mtp.gguf`` next to a model without
+    MTP layers of its own."""
+    if cfg.mtp == "off":
+        return None, False
+    if cfg.mtp_head is not None:
+        head = Path(cfg.mtp_head).expanduser()
+        if not head.exists():
+            raise ModelFileError(f"MTP head file not found: {head}")
+        try:
+            check_gguf_file(head)
+        except ModelFileError as e:
+            raise ModelFileError(f"MTP head: {e}") from e
+        return head, False
+    head = sidecar_path(path)
+    if head.is_file() and head.resolve() != path.resolve() and _declares_mtp_layers(path) is False:
+        return head, True
+    return None, False
+
+
+def target_rs_snapshots(cfg: RuntimeConfig) -> int:
+    """Recurrent-state snapshots per sequence the target context needs (n_rs_seq): one per draft
+    token a step may roll back."""
+    return options.draft_cap(options.parse_n_draft(cfg.n_draft)) if cfg.mtp != "off" else 0
+
+
 class Runtime:
-    def __init__(self, path: Path, cfg: RuntimeConfig) -> None:
+    """Owns the model and its contexts (``Runtime(path, cfg)``), or drives the engine over a model and
+    target context someone else loaded and frees (``Runtime.over(...)``: pymtp.llama_cpp)."""
+
+    def __init__(self, path: Path, cfg: RuntimeConfig, *, adopt: tuple | None = None) -> None:
         cfg.validate()
-        check_gguf_file(path)
         self.lib = L.lib()
         self.cfg = cfg
         self.draft_cap = options.draft_cap(options.parse_n_draft(cfg.n_draft))  # the most a step drafts
         self.model = self.ctx = self.ctx_mtp = self.engine = None
         self.ctx_heads: list = []               # MTP contexts of heads 1.. (multi-head drafting)
         self.mtp_head: Path | None = None      # the head file in use
+        self.owns_target = adopt is None        # model and target context: freed by close() when owned
         try:
-            self._load(path, cfg)
+            if adopt is None:
+                check_gguf_file(path)
+                self._load(path, cfg)
+            else:
+                self._adopt(*adopt)
         except BaseException:
             self.close()
             raise
 
-    # -- loading -------------------------------------------------------------
+    @classmethod
+    def over(cls, model, ctx, cfg: RuntimeConfig, head: Path | None = None, head_note: str = "") -> "Runtime":
+        """The engine (MTP context(s), llama_mtp) over a loaded model and its target context, which stay
+        the caller's: close() frees only what this Runtime created."""
+        return cls(Path("."), cfg, adopt=(model, ctx, head, head_note))
 
-    def _find_head(self, path: Path, cfg: RuntimeConfig) -> tuple[Path | None, bool]:
-        """(head file, auto-detected) for this load; (None, False) when there is none to use."""
-        if cfg.mtp == "off":
-            return None, False
-        if cfg.mtp_head is not None:
-            head = Path(cfg.mtp_head).expanduser()
-            if not head.exists():
-                raise ModelFileError(f"MTP head file not found: {head}")
-            try:
-                check_gguf_file(head)
-            except ModelFileError as e:
-                raise ModelFileError(f"MTP head: {e}") from e
-            return head, False
-        head = sidecar_path(path)
-        if head.is_file() and head.resolve() != path.resolve() and _declares_mtp_layers(path) is False:
-            return head, True
-        return None, False
+    # -- loading -------------------------------------------------------------
 
     def _load_model(self, path: Path, cfg: RuntimeConfig, head: Path | None):
         mparams = self.lib.llama_model_default_params()
@@ -135,8 +157,7 @@ class Runtime:
         return self.lib.llama_model_load_from_file_with_mtp_head(str(path).encode(), str(head).encode(), mparams)
 
     def _load(self, path: Path, cfg: RuntimeConfig) -> None:
-        lib = self.lib
-        head, auto = self._find_head(path, cfg)
+        head, auto = find_head(path, cfg)
         head_note = ""
         self.model = self._load_model(path, cfg, head)
         if not self.model and head is not None:
@@ -154,20 +175,36 @@ class Runtime:
         self.mtp_head = head
         if head is not None:
             head_note = f"; MTP head from {head.name}" + (" (found next to the model)" if auto else "")
+        self._describe_model()
+
+        threads = self._threads()
+        self.ctx = self._new_context(L.LLAMA_CONTEXT_TYPE_DEFAULT, threads, n_rs_seq=target_rs_snapshots(cfg))
+        if not self.ctx:
+            raise ModelLoadError(f"could not create a context for {path} (n_ctx={cfg.n_ctx}): "
+                                 f"{L.last_log_lines() or 'out of memory?'}")
+        self._start_engine(head_note)
+
+    def _adopt(self, model, ctx, head: Path | None, head_note: str) -> None:
+        self.model, self.ctx, self.mtp_head = model, ctx, head
+        self._describe_model()
+        self._start_engine(head_note)
+
+    def _threads(self) -> int:
+        return self.cfg.n_threads or max(1, os.cpu_count() or 1)
+
+    def _describe_model(self) -> None:
+        lib = self.lib
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
         self.n_mtp_layers = lib.llama_model_n_layer_nextn(self.model)
         self.arch = self.meta("general.architecture") or "?"
         self.recurrent = bool(lib.llama_model_is_recurrent(self.model) or lib.llama_model_is_hybrid(self.model))
 
-        threads = cfg.n_threads or max(1, os.cpu_count() or 1)
-        self.ctx = self._new_context(L.LLAMA_CONTEXT_TYPE_DEFAULT, threads,
-                                     n_rs_seq=self.draft_cap if cfg.mtp != "off" else 0)
-        if not self.ctx:
-            raise ModelLoadError(f"could not create a context for {path} (n_ctx={cfg.n_ctx}): "
-                                 f"{L.last_log_lines() or 'out of memory?'}")
+    def _start_engine(self, head_note: str) -> None:
+        """The MTP context(s) and the llama_mtp engine over self.model / self.ctx."""
+        lib, cfg = self.lib, self.cfg
+        threads = self._threads()
         self.n_ctx = lib.llama_n_ctx(self.ctx)
-
         self.mtp_reason = self._open_mtp(threads) + head_note
         params = lib.llama_mtp_default_params()
         params.n_draft = self.draft_cap if self.ctx_mtp else 0
@@ -317,9 +354,9 @@ class Runtime:
         if self.ctx_mtp:
             lib.llama_free(self.ctx_mtp)
             self.ctx_mtp = None
-        if self.ctx:
+        if self.ctx and self.owns_target:
             lib.llama_free(self.ctx)
-            self.ctx = None
-        if self.model:
+        self.ctx = None
+        if self.model and self.owns_target:
             lib.llama_model_free(self.model)
-            self.model = None
+        self.model = None
