@@ -44,12 +44,17 @@ class Model:
     step: "per_layer" (step i uses layer i mod n; n_draft may exceed n), "first"
     (layer 0 at every step) or "capped" (step i uses layer i, at most n drafts:
     upstream llama.cpp's choice). Ignored with one MTP layer.
+
+    rpc: ``"host:port,host:port"`` (or a list) of ``ggml-rpc-server`` processes, on this machine or
+    others: their devices join this process's (ggml's registry is process-wide) and the offloaded
+    layers are split across them, as llama.cpp's ``--rpc``; n_gpu_layers=0 then offloads all layers.
     """
 
     def __init__(self, path: str | Path | None = None, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_gpu_layers: int = 0, n_threads: int | None = None, mtp: str = options.DEFAULT_MTP,
                  n_draft: int | str = options.DEFAULT_N_DRAFT, mtp_head: str | Path | None = None,
-                 heads: str = options.DEFAULT_HEADS, verbose: bool = False) -> None:
+                 heads: str = options.DEFAULT_HEADS, rpc: str | list[str] | None = None,
+                 verbose: bool = False) -> None:
         from ._native import llama as L
 
         L.set_verbose(verbose)
@@ -62,7 +67,8 @@ class Model:
             mtp_head = shipped_head_for(self.path)  # the built-in model comes with a trained head
         cfg = RuntimeConfig(n_ctx=n_ctx, n_batch=n_batch, n_gpu_layers=n_gpu_layers,
                             n_threads=n_threads, mtp=mtp, n_draft=n_draft,
-                            mtp_head=None if mtp_head is None else str(mtp_head), heads=heads)
+                            mtp_head=None if mtp_head is None else str(mtp_head), heads=heads,
+                            rpc=rpc if rpc is None or isinstance(rpc, str) else ",".join(rpc))
         self._rt: Runtime | None = Runtime(self.path, cfg)
         self.n_draft = options.parse_n_draft(n_draft)
 

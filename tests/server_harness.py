@@ -36,13 +36,13 @@ class Server:
     """One llama-server process; its log goes to a file that failing tests print."""
 
     def __init__(self, model: Path, log: Path, *, mtp: str, parallel: int = 1, mtp_head=None, adaptive=False,
-                 extra=(), ctx: int = CTX):
+                 extra=(), ctx: int = CTX, rpc: str | None = None):
         self.port = free_port()
         # a fixed draft length unless asked (adaptive: n_draft "auto"): these tests check what every
         # drafted step does
         launch = plan_launch(model, port=self.port, mtp=mtp, mtp_head=mtp_head,
                              n_draft="auto" if adaptive else 3, ctx=ctx, parallel=parallel, ngl=NGL, threads=1,
-                             extra=["--no-webui", *extra])
+                             rpc=rpc, extra=["--no-webui", *extra])
         self.mtp = launch.mtp
         self.url = launch.url
         self.log = log

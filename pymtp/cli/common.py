@@ -61,6 +61,9 @@ def add_engine_args(parser: argparse.ArgumentParser, *, server: bool = False):
                    help="layers to offload to the GPU, -1 = all (default: 0)")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="CPU threads (default: chosen by llama.cpp)")
+    g.add_argument("--rpc", default=None, metavar="HOST:PORT,...",
+                   help="split the offloaded layers across these ggml-rpc-server processes (start one with "
+                        "`ggml-rpc-server -p PORT` on each machine; with --ngl 0 all layers go to them)")
     if not server:
         g.add_argument("--verbose", action="store_true", help="show llama.cpp's log output")
     return g
@@ -133,6 +136,8 @@ def load_model(args: argparse.Namespace):
     kwargs = {}
     if getattr(args, "mtp_head", None) is not None:
         kwargs["mtp_head"] = Path(args.mtp_head)
+    if getattr(args, "rpc", None) is not None:
+        kwargs["rpc"] = args.rpc
     model = model_class()(
         path,
         n_ctx=args.ctx,

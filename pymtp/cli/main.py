@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from pymtp.cli import bench, chat, common, generate, graft, info, serve
+from pymtp.cli import bench, chat, common, generate, graft, info, rpc_server, serve
 from pymtp.errors import PymtpError
 
-SUBCOMMANDS = (info, generate, chat, serve, bench, graft)
+SUBCOMMANDS = (info, generate, chat, serve, bench, graft, rpc_server)
 
 DESCRIPTION = """\
 pymtp: fast local text generation for GGUF models with multi-token prediction
@@ -31,6 +31,7 @@ examples:
   pymtp generate --chat -p "Explain KV caches in one paragraph"
   pymtp chat model.gguf --system "Be brief."
   pymtp serve model.gguf --port 8080         # OpenAI-compatible server with MTP
+  pymtp rpc-server -p 50052                  # lend this machine's devices to --rpc clients
 
 run `pymtp COMMAND --help` for the options of each command."""
 

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     path = common.resolve_model_path(args.model)
     launch = plan_launch(path, host=args.host, port=args.port, mtp=args.mtp, mtp_head=args.mtp_head,
                          n_draft=args.n_draft, draft=args.draft, ctx=args.ctx, parallel=args.parallel,
-                         ngl=args.ngl, threads=args.threads, heads=args.heads,
+                         ngl=args.ngl, threads=args.threads, heads=args.heads, rpc=args.rpc,
                          extra=extra)
     for note in launch.notes:
         print(f"pymtp: {note}", file=sys.stderr)

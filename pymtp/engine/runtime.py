@@ -33,6 +33,7 @@ class RuntimeConfig:
     n_draft: int | str = options.DEFAULT_N_DRAFT  # "auto" (adaptive, 0..8 a step) or a fixed length 0..16
     mtp_head: str | None = None  # head-only GGUF with the MTP layer(s); None: <model stem>.mtp.gguf if present
     heads: str = options.DEFAULT_HEADS      # several MTP layers: per_layer | first | capped (HEAD_POLICIES)
+    rpc: str | None = None   # "host:port,..." of ggml-rpc-server processes: offloaded layers are split across them
 
     def validate(self) -> None:
         if self.heads not in HEAD_POLICIES:
@@ -49,6 +50,10 @@ class RuntimeConfig:
             raise InvalidArgumentError(f"n_batch must be >= 1, got {self.n_batch}")
         if self.n_threads is not None and self.n_threads < 1:
             raise InvalidArgumentError(f"n_threads must be >= 1, got {self.n_threads}")
+        if self.rpc is not None:
+            from .._native.rpc import parse_endpoints
+
+            parse_endpoints(self.rpc)
 
 
 def sidecar_path(model_path: Path) -> Path:
@@ -150,6 +155,12 @@ class Runtime:
     def _load_model(self, path: Path, cfg: RuntimeConfig, head: Path | None):
         mparams = self.lib.llama_model_default_params()
         mparams.n_gpu_layers = cfg.n_gpu_layers
+        if cfg.rpc is not None:
+            from .._native import rpc
+
+            rpc.add_servers(cfg.rpc)
+            if cfg.n_gpu_layers == 0:
+                mparams.n_gpu_layers = 999  # RPC servers are only used by offloaded layers: all of them
         mparams.load_mtp = cfg.mtp != "off"  # MTP layers are loaded only when they may be used
         L.clear_log_tail()  # a failure is explained by this load's log lines only
         if head is None:

@@ -69,7 +69,7 @@ def _find_head(model: Path, mtp_head: str | Path | None) -> Path | None:
 def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: str = options.DEFAULT_MTP,
                 mtp_head: str | Path | None = None, n_draft: int | str = options.DEFAULT_N_DRAFT,
                 draft: str = options.DEFAULT_DRAFT, ctx: int = 4096, parallel: int = 1, ngl: int = 0,
-                threads: int | None = None, heads: str = options.DEFAULT_HEADS,
+                threads: int | None = None, heads: str = options.DEFAULT_HEADS, rpc: str | None = None,
                 extra: list[str] | None = None) -> ServerLaunch:
     """Build the llama-server command line for ``model``; raise InvalidArgumentError on bad input.
     draft and heads become llama-server's --mtp-draft and --mtp-heads (the same names); n_draft "auto"
@@ -95,6 +95,11 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
 
     argv = [str(server_binary()), "-m", str(model), "--host", host, "--port", str(port),
             "-c", str(ctx * parallel), "-np", str(parallel)]
+    if rpc is not None:
+        from .._native.rpc import parse_endpoints  # pure Python: no library loaded
+
+        argv += ["--rpc", ",".join(parse_endpoints(rpc))]
+        ngl = ngl or 999   # RPC servers hold offloaded layers only: all of them unless --ngl says otherwise
     if ngl != 0:
         argv += ["-ngl", str(ngl)]
     if threads is not None:
