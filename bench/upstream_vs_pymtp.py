@@ -131,6 +131,11 @@ def main() -> int:
     ap.add_argument("--upstream-extra", default="", metavar="ARGS",
                     help="more arguments for the upstream draft-mtp server, e.g. "
                          "'--no-spec-draft-backend-sampling' (split on spaces)")
+    ap.add_argument("--server-extra", default="", metavar="ARGS",
+                    help="more arguments for all three servers, e.g. '--split-mode layer' (split on spaces)")
+    ap.add_argument("--prefill-tokens", type=int, default=0, metavar="N",
+                    help="also time the prompt processing of a ~N-token prompt (3 times per server, 1 token "
+                         "generated): prefill tok/s of each configuration")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -150,6 +155,17 @@ def main() -> int:
         common += ["-ngl", str(args.ngl)]
     if args.threads:
         common += ["-t", str(args.threads), "-tb", str(args.threads)]
+    common += args.server_extra.split()
+    # a long prompt for --prefill-tokens: the prompts themselves, repeated (~0.75 words per token)
+    long_prompt = ""
+    while len(long_prompt.split()) < 0.75 * args.prefill_tokens:
+        long_prompt += " ".join(prompts) + "\n"
+    prefill = {name: [] for name in ("plain", "upstream draft-mtp", "pymtp --mtp")}
+
+    def run_prefill(name: str, s: "Server") -> None:
+        for rep in range(3 if args.prefill_tokens else 0):
+            t = s.complete(long_prompt, 1, 0.0, rep, {})["timings"]
+            prefill[name].append({"prompt_n": t["prompt_n"], "prompt_ms": t["prompt_ms"]})
     synth = ["--spec-synth-rates", args.synthetic_rates] if args.synthetic_rates else []
     configs = {
         "plain": [str(upstream), *common],
@@ -179,6 +195,7 @@ def main() -> int:
                 s.complete(prompts[0], 8, 0.0, 0, {})  # warm-up
                 for i, p in enumerate(prompts):
                     run_prompt(name, s, i, p)
+                run_prefill(name, s)
                 print(f"  {name}: {len(prompts)} prompts", file=sys.stderr)
             finally:
                 s.stop()
@@ -195,6 +212,8 @@ def main() -> int:
                 for name, s in order:
                     run_prompt(name, s, i, p)
                 print(f"  prompt {i + 1}/{len(prompts)}", file=sys.stderr)
+            for name, s in servers.items():
+                run_prefill(name, s)
         finally:
             for s in servers.values():
                 s.stop()
@@ -206,15 +225,28 @@ def main() -> int:
     result = {"model": str(model), "machine": platform.processor() or platform.machine(), "args": vars(args),
               "upstream_bin": str(upstream), "pymtp_bin": str(server_binary()), "gpu": _gpu_name(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "log_dir": str(log_dir), "configs": {}}
-    print(f"\n{'config':<20} {'tok/s':>8} {'vs plain':>9} {'accepted/drafted':>17}")
+    def prefill_tps(rows):
+        ms = sum(x["prompt_ms"] for x in rows)
+        return sum(x["prompt_n"] for x in rows) / (ms / 1e3) if ms > 0 else 0.0
+
+    long_n = prefill["plain"][0]["prompt_n"] if prefill["plain"] else 0
+    print(f"\n{'config':<20} {'tok/s':>8} {'vs plain':>9} {'accepted/drafted':>17} {'prefill tok/s':>14}"
+          + (f" {f'prefill {long_n}':>14} {'vs plain':>9}" if long_n else ""))
+    base_long = prefill_tps(prefill["plain"])
     for name in runs:
         d = sum(x["draft_n"] for x in runs[name])
         a = sum(x["draft_n_accepted"] for x in runs[name])
         result["configs"][name] = {"tok_s": tps(name), "vs_plain": tps(name) / base, "drafted": d, "accepted": a,
+                                   "prefill_tok_s": prefill_tps(runs[name]),
+                                   "long_prefill_tok_s": prefill_tps(prefill[name]), "long_prefill": prefill[name],
                                    "per_prompt_ratio_vs_plain": [
                                        (x["tokens"] / x["ms"]) / (y["tokens"] / y["ms"])
                                        for x, y in zip(runs[name], runs["plain"])]}
-        print(f"{name:<20} {tps(name):>8.1f} {tps(name) / base:>8.2f}x {a:>8}/{d:<8}")
+        line = f"{name:<20} {tps(name):>8.1f} {tps(name) / base:>8.2f}x {a:>8}/{d:<8} {prefill_tps(runs[name]):>14.1f}"
+        if long_n:
+            lp = prefill_tps(prefill[name])
+            line += f" {lp:>14.1f} {lp / base_long:>8.2f}x"
+        print(line)
     ratio = tps("pymtp --mtp") / tps("upstream draft-mtp")
     result["pymtp_vs_upstream"] = ratio
     # (plain is the upstream binary, whose CPU kernels are not batch-size invariant, so its greedy text
