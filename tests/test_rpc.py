@@ -2,7 +2,8 @@
 (split between them), and MTP runs as usual: the same greedy tokens as a local run, drafts accepted,
 through the Python API and through llama-server (`pymtp serve --rpc`).
 
-Each test starts its own two servers: a client keeps its connection for its whole life (ggml caches
+The subprocesses run outside the checkout (whose pymtp/ has no native library): they import the
+installed package, as a user would. Each test starts its own two servers: a client keeps its connection for its whole life (ggml caches
 one per endpoint), and a server serves one client at a time. The Python API runs in a subprocess,
 so that the RPC devices (ggml's registry is process-wide) do not outlive the test."""
 
@@ -35,7 +36,7 @@ def rpc_servers(tmp_path):
         port = _free_port()
         log = open(tmp_path / f"rpc-{i}.log", "w")
         procs.append(subprocess.Popen([*CLI, "rpc-server", "-p", str(port), "-t", "1"], stdout=log,
-                                      stderr=subprocess.STDOUT))
+                                      stderr=subprocess.STDOUT, cwd=tmp_path))
         eps.append(f"127.0.0.1:{port}")
     deadline = time.time() + 30
     for ep, p in zip(eps, procs):
@@ -66,9 +67,9 @@ print(json.dumps(out))
 
 
 @pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
-def test_python_api_splits_the_model_across_two_rpc_servers(arch, tiny_model_path, rpc_servers):
+def test_python_api_splits_the_model_across_two_rpc_servers(arch, tiny_model_path, rpc_servers, tmp_path):
     r = subprocess.run([sys.executable, "-c", PROBE, str(tiny_model_path(arch)), rpc_servers],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-4000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["rpc"]["tokens"] == got["local"]["tokens"]
@@ -94,10 +95,10 @@ def test_llama_server_with_rpc_answers_like_a_local_one(models, servers, rpc_ser
         assert "Accepted client connection" in (tmp_path / f"rpc-{i}.log").read_text()
 
 
-def test_unreachable_or_malformed_rpc_servers_are_clear_errors(tiny_model_path):
+def test_unreachable_or_malformed_rpc_servers_are_clear_errors(tiny_model_path, tmp_path):
     port = _free_port()   # nothing listens there
     for rpc, message in ((f"127.0.0.1:{port}", f"RPC server 127.0.0.1:{port}: cannot connect"),
                          ("localhost", "RPC server 'localhost': expected host:port")):
         r = subprocess.run([*CLI, "generate", str(tiny_model_path("glm4moe")), "-p", "Hi", "-n", "4", "--rpc", rpc],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
