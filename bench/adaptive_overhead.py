@@ -39,7 +39,8 @@ def main() -> int:
     pinned.lib.llama_mtp_pin_adaptive_costs(pinned.engine, 1.0, 100.0, 100.0)
     prompts = [models["off"].chat_tokens([{"role": "user", "content": q}]) for q in mtbench_questions()[: args.limit]]
     keys = ("generate_ms", "verify_ms", "sample_ms", "draft_ms", "catchup_ms")
-    acc = {name: {"tokens": 0, "steps": 0, "plain_steps": 0, **{k: 0.0 for k in keys}} for name in models}
+    acc = {name: {"tokens": 0, "steps": 0, "plain_steps": 0, "dormant_steps": 0, **{k: 0.0 for k in keys}}
+           for name in models}
     for m in models.values():   # warm-up: graphs built, costs first timed
         m.generate(prompts[0], max_tokens=32, temperature=args.temp, seed=0)
     t0 = time.time()
@@ -54,6 +55,7 @@ def main() -> int:
                 a["steps"] += st.n_steps
                 if st.adaptive:
                     a["plain_steps"] += st.adaptive["steps_per_draft_length"][0]
+                    a["dormant_steps"] += st.adaptive.get("dormant_steps", 0)
                 for k in keys:
                     a[k] += getattr(st, k)
     base = acc["off"]["tokens"] / acc["off"]["generate_ms"]
@@ -67,7 +69,8 @@ def main() -> int:
         rate = a["tokens"] / a["generate_ms"]
         plain = a["plain_steps"] / max(1, a["steps"]) if name != "off" else 1.0
         print(f"{name:<20} {1000 * rate:>8.1f} {rate / base:>6.3f}x {plain:>6.2f}  {'':14}{us['generate_ms']:>6.0f} "
-              f"{us['verify_ms']:>7.0f} {us['sample_ms']:>7.0f} {us['draft_ms']:>6.0f} {us['catchup_ms']:>7.0f} {rest:>6.0f}")
+              f"{us['verify_ms']:>7.0f} {us['sample_ms']:>7.0f} {us['draft_ms']:>6.0f} {us['catchup_ms']:>7.0f} "
+              f"{rest:>6.0f}")
         out["configs"][name] = {**a, "tok_s": 1000 * rate, "vs_off": rate / base, "us_per_token": us,
                                 "rest_us_per_token": rest}
     print("verify: the target decodes; rest: the step's time outside the timed parts (the controller, the "

@@ -3,8 +3,9 @@
 through the Python API and through llama-server (`pymtp serve --rpc`).
 
 The subprocesses run outside the checkout (whose pymtp/ has no native library): they import the
-installed package, as a user would. Each test starts its own two servers: a client keeps its connection for its whole life (ggml caches
-one per endpoint), and a server serves one client at a time. The Python API runs in a subprocess,
+installed package, as a user would. Each test starts its own two servers: a client keeps its
+connection for its whole life (ggml caches one per endpoint), and a server serves one client at a
+time. The Python API runs in a subprocess,
 so that the RPC devices (ggml's registry is process-wide) do not outlive the test."""
 
 from __future__ import annotations

@@ -170,7 +170,18 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     }
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
         m->ctrl.load = 1;
-        k            = m->ctrl.plan(k); // the most this step drafts; it may stop earlier
+        if (m->dormant) { // asleep: a plain step, as with MTP off
+            k = 0;
+            m->ctrl.n_dormant++;
+            if (--m->sleep_left <= 0) {
+                m->wake(); // from the next step on
+            }
+        } else {
+            k = m->ctrl.plan(k); // the most this step drafts; it may stop earlier
+            if (k == 0 && m->ctrl.quiet_run >= mtp::controller::QUIET) {
+                m->sleep(); // plain decoding has kept winning: this step is the first asleep
+            }
+        }
     }
     int32_t rc = k > 0 ? m->flush_deferred() : LLAMA_MTP_OK;
     if (rc != LLAMA_MTP_OK) {
@@ -218,7 +229,9 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
         const double step_ms = mtp::ms_since(t_entry);
         const double parts   = (m->stats.t_draft_ms - draft_ms0) + target_ms + (m->stats.t_catchup_ms - catchup_ms0);
         m->ctrl.timed_overhead(gap + std::max(0.0, step_ms - parts));
-        m->ctrl.stepped(n_out, gap + step_ms); // end to end, for the controller's windows
+        if (!m->dormant) {
+            m->ctrl.stepped(n_out, gap + step_ms); // end to end, for the controller's windows
+        }
     }
     m->step_exit   = mtp::clock_type::now();
     m->step_exited = true;
@@ -319,6 +332,7 @@ int32_t llama_mtp_set_synthetic_rates(llama_mtp * m, const float * rates, int32_
 
 void llama_mtp_pin_adaptive_costs(llama_mtp * m, double plain_ms, double draft_ms, double verify_extra_ms) {
     if (m) {
+        m->wake();
         m->ctrl.pin_costs(plain_ms, draft_ms, verify_extra_ms);
     }
 }
@@ -388,6 +402,7 @@ int32_t llama_mtp_peek_draft(llama_mtp * m, llama_token id_last, int32_t k, llam
     if (m == nullptr || k < 0 || k > LLAMA_MTP_MAX_DRAFT || (k > 0 && out == nullptr)) {
         return LLAMA_MTP_ERR_ARG;
     }
+    m->wake(); // inspection: a sleeping engine's MTP KV restarts here
     if (id_last == LLAMA_TOKEN_NULL) {
         if (!m->has_last) {
             return LLAMA_MTP_ERR_STATE;
@@ -581,6 +596,9 @@ void llama_mtp_set_adaptive(llama_mtp * m, int32_t k_max) {
     if (m) {
         m->ctrl.k_max = std::clamp<int32_t>(k_max, 0, m->ctx_mtp ? m->k_max : 0);
         m->ctrl.plain = false;
+        if (m->ctrl.k_max == 0) {
+            m->wake(); // fixed-length drafting: the MTP side must be awake (a sleep outlives generations)
+        }
     }
 }
 

@@ -107,7 +107,8 @@ int32_t controller::plan(int32_t k_cap) {
     }
     if (window_plain) { // a plain window (see next_window)
         plain = true;
-        rate  = ratio(0);
+        quiet_run++;
+        rate = ratio(0);
         if (vetoed()) {
             n_vetoed++;
         }
@@ -137,6 +138,8 @@ int32_t controller::plan(int32_t k_cap) {
     rate = best;
     if (best_k > 0) {
         plain_run              = 0;
+        quiet_run              = 0;
+        sleep_len              = SLEEP_MIN;
         // drafting leads: re-time a plain step now and then, by the same rule as the probes below (the
         // plain cost may have been timed cold, or the machine may have changed)
         const double gap_plain = best / std::max(ratio(0), 1e-12);
@@ -150,7 +153,8 @@ int32_t controller::plan(int32_t k_cap) {
         }
         return k_cap; // keep() decides where the draft stops
     }
-    draft_run           = 0;
+    draft_run = 0;
+    quiet_run++;
     // plain decoding leads: re-probe the best draft length now and then, every 16 plain steps when the
     // two are close, rarely when drafting is far behind (each probe costs in proportion to the gap); a
     // draft cost timed only once or twice (a cold first decode) is re-timed soon whatever the gap
@@ -158,7 +162,8 @@ int32_t controller::plan(int32_t k_cap) {
     const double gap    = best / std::max(probe, 1e-12);
     const double cap    = 16.0 * std::pow(4.0, (double) std::min<int64_t>(draft.n, 3));
     const double period = std::min(cap, 16.0 * std::pow(gap, 8.0));
-    if (probe_k > 0 && ++plain_run >= period) {
+    const bool   woke   = wake_probe > 0 && --wake_probe == 0; // the MTP KV has rebuilt a little since waking
+    if (probe_k > 0 && (++plain_run >= period || woke)) {
         plain_run = 0;
         plain     = false;
         probing   = true;
@@ -248,7 +253,13 @@ int32_t controller::plan_block(int32_t k_cap) {
     }
     const int32_t k = std::min(block_k, k_cap);
     plain           = k == 0 && !probing;
-    rate            = ratio(k);
+    if (k > 0 && !probing) {
+        quiet_run = 0;
+        sleep_len = SLEEP_MIN;
+    } else {
+        quiet_run++;
+    }
+    rate = ratio(k);
     return k;
 }
 
@@ -367,6 +378,7 @@ void controller::reset_stats() {
     n_extended = 0;
     n_deferred = 0;
     n_vetoed   = 0;
+    n_dormant  = 0;
 }
 
 void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
@@ -401,6 +413,7 @@ void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
     out->realized_plain = real_plain.get();
     out->realized_draft = real_draft.get();
     out->n_vetoed       = n_vetoed;
+    out->n_dormant      = n_dormant;
 }
 
 } // namespace mtp

@@ -76,25 +76,29 @@ struct decayed_rate {
 };
 
 struct controller {
-    static constexpr int32_t K          = LLAMA_MTP_MAX_DRAFT;
-    static constexpr int32_t LOADS      = 16;   // loads 1..16 tracked apart (more: as 16)
-    static constexpr int32_t BINS       = 8;    // confidence buckets of [0, 1]
-    static constexpr int32_t MODES      = 3;    // greedy, chain, stochastic
-    static constexpr int32_t QUEUE      = 256;  // deferred MTP rows written once this many wait
-    static constexpr double  KEEP       = 0.98; // acceptance counts decay: ~50 recent drafts per position
-    static constexpr double  PRIOR_A    = 0.6;  // acceptance before any is measured (optimistic: it probes)
-    static constexpr double  PRIOR_W    = 2.0;
-    static constexpr double  PRIOR_D    = 0.25; // a draft decode before one is timed, in plain steps
-    static constexpr double  PRIOR_DV   = 0.15; // extra verify cost per token before measured, in plain steps
-    static constexpr double  DWELL      = 16.0; // steps a change of decode size is expected to last
-    static constexpr int32_t BLOCK      = 16;   // block mode: steps that keep one draft length
-    static constexpr double  FREE       = 0.05; // block mode when a size change costs more than this of a plain step
-    static constexpr int32_t WINDOW     = 32;   // steps per window (own loop: whole windows are timed)
-    static constexpr int32_t CHECK      = 8;    // every 8th window runs the policy that is behind
-    static constexpr double  WIN_KEEP   = 0.8;  // window rates: ~5 recent windows of each policy
-    static constexpr double  VETO       = 0.98; // drafting is vetoed while its windows run below this x plain
-    static constexpr double  CLEAR      = 1.3;  // free windows this far above the modelled plain rate: no plain windows
-    static constexpr double  CHECK_KEEP = 0.5;  // a check window (the policy behind) weighs this much more
+    static constexpr int32_t K        = LLAMA_MTP_MAX_DRAFT;
+    static constexpr int32_t LOADS    = 16;   // loads 1..16 tracked apart (more: as 16)
+    static constexpr int32_t BINS     = 8;    // confidence buckets of [0, 1]
+    static constexpr int32_t MODES    = 3;    // greedy, chain, stochastic
+    static constexpr int32_t QUEUE    = 256;  // deferred MTP rows written once this many wait
+    static constexpr double  KEEP     = 0.98; // acceptance counts decay: ~50 recent drafts per position
+    static constexpr double  PRIOR_A  = 0.6;  // acceptance before any is measured (optimistic: it probes)
+    static constexpr double  PRIOR_W  = 2.0;
+    static constexpr double  PRIOR_D  = 0.25; // a draft decode before one is timed, in plain steps
+    static constexpr double  PRIOR_DV = 0.15; // extra verify cost per token before measured, in plain steps
+    static constexpr double  DWELL    = 16.0; // steps a change of decode size is expected to last
+    static constexpr int32_t BLOCK    = 16;   // block mode: steps that keep one draft length
+    static constexpr double  FREE     = 0.05; // block mode when a size change costs more than this of a plain step
+    static constexpr int32_t WINDOW   = 32;   // steps per window (own loop: whole windows are timed)
+    static constexpr int32_t CHECK    = 8;    // every 8th window runs the policy that is behind
+    static constexpr double  WIN_KEEP = 0.8;  // window rates: ~5 recent windows of each policy
+    static constexpr double  VETO     = 0.98; // drafting is vetoed while its windows run below this x plain
+    static constexpr int64_t QUIET = 512; // own loop: steps in a row without drafting chosen before the MTP side sleeps
+    static constexpr int64_t SLEEP_MIN  = 1024;  // own loop: steps of the first sleep; a sleep whose waking finds
+    static constexpr int64_t SLEEP_MAX  = 16384; //   nothing to draft doubles the next one, up to this
+    static constexpr int64_t WAKE_PROBE = 32;    // steps after waking (the MTP KV rebuilding) before a probe
+    static constexpr double  CLEAR      = 1.3; // free windows this far above the modelled plain rate: no plain windows
+    static constexpr double  CHECK_KEEP = 0.5; // a check window (the policy behind) weighs this much more
 
     int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
@@ -123,8 +127,17 @@ struct controller {
     int64_t       n_windows       = 0;
     int64_t       n_free_windows  = 0; // windows of each policy so far (the first one is not measured)
     int64_t       n_plain_windows = 0;
-    int32_t       n_failed_checks = 0;     // free check windows in a row that left drafting vetoed
-    bool          window_check    = false; // the current window runs the policy that is behind
+    int32_t       n_failed_checks = 0; // free check windows in a row that left drafting vetoed
+    // Sleeping (own loop): where plain decoding keeps winning for QUIET steps, the MTP side costs even
+    // while it drafts nothing: the target outputs its hidden state every step and the deferred rows are
+    // written now and then (H100, SmolLM2: 2.4% of a plain step). The engine then sleeps: hidden states
+    // off, queue and MTP KV dropped, every step plain, exactly as with MTP off. It wakes after sleep_len
+    // steps, rebuilds the MTP KV from there on (the head sees a shorter context at first: only speed
+    // depends on it) and probes after WAKE_PROBE steps.
+    int64_t       quiet_run       = 0; // steps since the model last chose to draft (probes, plain windows: quiet)
+    int64_t       sleep_len       = SLEEP_MIN; // the next sleep's length
+    int64_t       wake_probe      = 0;         // steps left until the probe after waking (0: none pending)
+    bool          window_check    = false;     // the current window runs the policy that is behind
     double        window_tok      = 0.0;
     double        window_ms       = 0.0;
 
@@ -154,6 +167,7 @@ struct controller {
     int64_t n_extended     = 0;
     int64_t n_deferred     = 0;
     int64_t n_vetoed       = 0;
+    int64_t n_dormant      = 0; // own loop: steps decoded while the MTP side slept
 
     bool on() const { return k_max > 0; }
     // free windows were measured slower than plain ones (end to end)

@@ -179,6 +179,8 @@ struct llama_mtp {
 
     // ---- adaptive draft length (mtp-adaptive.cpp) ----
     mtp::controller             ctrl;
+    bool                        dormant    = false; // own loop: the MTP side sleeps (see mtp::controller)
+    int64_t                     sleep_left = 0;     // steps until it wakes
     mtp::clock_type::time_point step_exit{}; // when the last llama_mtp_step returned (the caller's time after it)
     bool                        step_exited = false;
 
@@ -214,6 +216,10 @@ struct llama_mtp {
     int32_t        catch_up(const llama_token * toks, int32_t n, llama_pos p0);
     // write the entries deferred while plain decoding led: the MTP KV must be complete before a draft
     int32_t        flush_deferred();
+    // own loop: the MTP side sleeps (the target stops outputting hidden states; queue, hidden rows and MTP
+    // KV dropped) and wakes (hidden states on; the MTP KV restarts at the next observed position)
+    void           sleep();
+    void           wake();
     // whether observed entries wait in the queue (the controller defers and the queue is not full)
     bool           defers() const { return ctrl.defer_catchup() && queue.size() < mtp::controller::QUEUE; }
 

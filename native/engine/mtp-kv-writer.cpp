@@ -104,8 +104,8 @@ int32_t llama_mtp::write_queued(const std::vector<llama_mtp *> & engines) {
 }
 
 int32_t llama_mtp::catch_up(const llama_token * toks, int32_t n, llama_pos p0) {
-    if (ctx_mtp == nullptr || n <= 0) {
-        return LLAMA_MTP_OK;
+    if (ctx_mtp == nullptr || n <= 0 || dormant) {
+        return LLAMA_MTP_OK; // asleep: no hidden states to pair, nothing kept (the MTP KV restarts on waking)
     }
     const auto t0 = mtp::clock_type::now();
     observe(toks, n, p0, llama_get_embeddings_nextn(ctx_tgt), 0);
@@ -116,6 +116,31 @@ int32_t llama_mtp::catch_up(const llama_token * toks, int32_t n, llama_pos p0) {
     const int32_t rc = write_queued({ this });
     stats.t_catchup_ms += mtp::ms_since(t0);
     return rc;
+}
+
+void llama_mtp::sleep() {
+    if (ctx_mtp == nullptr || dormant) {
+        return;
+    }
+    llama_set_embeddings_nextn(ctx_tgt, false, /*masked*/ false);
+    truncate_mtp_to(0);
+    target_h.truncate_to(0);
+    dormant        = true;
+    sleep_left     = ctrl.sleep_len;
+    ctrl.sleep_len = std::min(2 * ctrl.sleep_len, mtp::controller::SLEEP_MAX);
+    ctrl.quiet_run = 0;
+}
+
+void llama_mtp::wake() {
+    if (!dormant) {
+        return;
+    }
+    llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
+    dormant          = false;
+    sleep_left       = 0;
+    ctrl.wake_probe  = mtp::controller::WAKE_PROBE;
+    ctrl.window_left = 0; // a fresh window: the sleeping steps are no window's
+    ctrl.window_tok = ctrl.window_ms = 0.0;
 }
 
 int32_t llama_mtp::flush_deferred() {

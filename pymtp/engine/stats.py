@@ -132,4 +132,6 @@ def adaptive_dict(a) -> dict:
         "realized_plain_tok_per_ms": float(a.realized_plain),
         "realized_draft_tok_per_ms": float(a.realized_draft),
         "vetoed": int(a.n_vetoed),
+        # steps decoded while the MTP side slept (drafting had not paid for a while): exactly plain decoding
+        "dormant_steps": int(a.n_dormant),
     }
