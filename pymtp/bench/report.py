@@ -21,7 +21,8 @@ def format_table(rows: list[dict], summary: list[dict] | None = None) -> str:
         if a:
             lines.append(f"{r['config']}: {a['plain_share']:.0%} plain steps, mean draft length "
                          f"{a['mean_draft_length']:.2f}, steps per length {a['steps_per_draft_length']}, "
-                         f"{a['probes']} probes, {a['cut']} drafts cut, {a.get('vetoed', 0)} vetoed")
+                         f"{a['probes']} probes, {a['cut']} drafts cut, {a.get('vetoed', 0)} vetoed, "
+                         f"{a.get('dormant', 0)} asleep")
     if summary and len({(s["temperature"], s["repeat_penalty"], s["draft"]) for s in summary}) > 1:
         lines += ["", "best draft length per mode and setting (AL ratio: to greedy at the same setting and k):"]
         for s in summary:

@@ -149,6 +149,7 @@ class Aggregate:
                                  "probes": sum(a["probes"] for a in adaptive),
                                  "cut": sum(a["cut"] for a in adaptive),
                                  "vetoed": sum(a.get("vetoed", 0) for a in adaptive),
+                                 "dormant": sum(a.get("dormant_steps", 0) for a in adaptive),
                                  "est_accept": adaptive[-1]["est_accept"],
                                  "best_fixed_draft": adaptive[-1]["best_fixed_draft"],
                                  "last_run": adaptive[-1]}  # every estimate, as the last prompt left them
