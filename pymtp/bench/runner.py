@@ -2,7 +2,8 @@
 
 Configurations are MTP off (a Model loaded with mtp="off": no MTP layers, no
 hidden-state handoff) and MTP on with each draft length and draft mode, for each
-sampling setting (temperature, repeat penalty). For every prompt all
+sampling setting (temperature, repeat penalty); n_draft="auto" runs on a Model of
+its own (Config.model_key). For every prompt all
 configurations run back to back, in an order rotated per prompt, so machine
 drift hits them all alike. Each MTP configuration's ratios are taken against the
 MTP-off configuration of the same sampling setting, from these side-by-side runs.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..engine.sampling import resolve_draft_mode
+from ..options import N_DRAFT_AUTO
 from ..engine.stats import Stats
 
 
@@ -38,7 +40,13 @@ class Config:
 
     @property
     def model_key(self) -> str:
-        return ("on:" + self.heads if self.heads else "on") if self.mtp else "off"
+        """Which loaded model runs it: off, fixed lengths ("on"), and "auto" on a model of its own, so
+        that its controller learns from its own generations only (as in use), and fixed-length runs do
+        not wake a sleeping MTP side or move its cost estimates (per head policy when compared)."""
+        if not self.mtp:
+            return "off"
+        key = "auto" if self.n_draft == N_DRAFT_AUTO else "on"
+        return key + ":" + self.heads if self.heads else key
 
     @property
     def name(self) -> str:

