@@ -137,6 +137,7 @@ struct controller {
     int64_t       quiet_run       = 0; // steps since the model last chose to draft (probes, plain windows: quiet)
     int64_t       sleep_len       = SLEEP_MIN; // the next sleep's length
     int64_t       wake_probe      = 0;         // steps left until the probe after waking (0: none pending)
+    int32_t       cold_drafts     = 0;         // draft decodes after waking left untimed
     bool          window_check    = false;     // the current window runs the policy that is behind
     double        window_tok      = 0.0;
     double        window_ms       = 0.0;
@@ -232,6 +233,10 @@ struct controller {
     }
     // a draft decode and its draft choice took ms (learned while on)
     void timed_draft(double ms) {
+        if (cold_drafts > 0) {
+            cold_drafts--; // just woken: the MTP context's KV restarted, its graphs are new (H100: D 0.2 -> 1.8)
+            return;
+        }
         if (on() && !pinned) {
             draft.add(draft.n >= 3 ? std::min(ms, 4.0 * draft.v) : ms);
         }

@@ -139,6 +139,7 @@ void llama_mtp::wake() {
     dormant          = false;
     sleep_left       = 0;
     ctrl.wake_probe  = mtp::controller::WAKE_PROBE;
+    ctrl.cold_drafts = 4;
     ctrl.window_left = 0; // a fresh window: the sleeping steps are no window's
     ctrl.window_tok = ctrl.window_ms = 0.0;
 }

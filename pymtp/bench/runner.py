@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..engine.sampling import resolve_draft_mode
-from ..options import N_DRAFT_AUTO
 from ..engine.stats import Stats
+from ..options import N_DRAFT_AUTO
 
 
 @dataclass
