@@ -88,6 +88,7 @@ struct controller {
     static constexpr double  PRIOR_DV = 0.15; // extra verify cost per token before measured, in plain steps
     static constexpr double  DWELL    = 16.0; // steps a change of decode size is expected to last
     static constexpr int32_t BLOCK    = 16;   // block mode: steps that keep one draft length
+    static constexpr double  BLK_KEEP = 0.7;  // block mode: realized rates per length, ~3 recent blocks
     static constexpr double  FREE     = 0.05; // block mode when a size change costs more than this of a plain step
     static constexpr int32_t WINDOW   = 32;   // steps per window (own loop: whole windows are timed)
     static constexpr int32_t CHECK    = 8;    // every 8th window runs the policy that is behind
@@ -159,6 +160,10 @@ struct controller {
     int32_t            block_k    = -1;    // block mode: the draft length of the current block
     int32_t            block_left = 0;     // block mode: steps left in it
     int64_t            n_blocks   = 0;
+    realized_rate      blk[K + 1];      // block mode, own loop: tokens per ms realized by recent blocks of each length
+    double             blk_tok   = 0.0; // the current block so far (end to end, the caller's time included)
+    double             blk_ms    = 0.0;
+    int32_t            blk_steps = 0;
     std::vector<float> conf; // confidence of each kept draft of this step (< 0: unknown)
 
     // ---- what it did (reset with the engine's stats) ----
@@ -187,8 +192,11 @@ struct controller {
     void stepped(int32_t n_tok, double ms);
     // Block mode: where a change of decode size is dear (a GPU backend re-captures its graph for ~2
     // decodes after each change), per-step choices would keep the graphs cold; the controller then
-    // chooses a draft length for BLOCK steps at a time, drafts exactly that (no cuts), and every 8th
-    // block tries a neighbour (k+1, k-1 or plain) to keep their steady costs measured.
+    // chooses a draft length for BLOCK steps at a time and drafts exactly that (no cuts). In its own loop
+    // the engine times whole blocks end to end, and a length whose blocks realized more tokens per ms
+    // than the model's choice's replaces it; a neighbour of the choice not yet measured gets every 2nd
+    // block (so the choice climbs to the best length), and once both are, every 8th block tries k+1,
+    // k-1 or plain in turn, to keep them measured.
     bool blocky() const {
         return switching.n >= 4 && 2.0 * switching.v > FREE * target_cost(1) * std::clamp(load, 1, LOADS);
     }
