@@ -73,6 +73,20 @@ def test_llama_cpp_imported_first_with_another_library_is_a_clear_error(llama_cp
     assert "Import pymtp.llama_cpp first" in r.stdout
 
 
+def test_bad_arguments_are_clear_errors(llama_cpp_python, models, tmp_path):
+    code = ("from pymtp.llama_cpp import Llama\n"
+            "for kw in ({'mtp': 'bogus'}, {'n_draft': 99}, {'draft': 'fast'}, {'mtp_head': 'missing.gguf'}):\n"
+            "    try:\n        Llama(%r, verbose=False, **kw)\n    except Exception as e:\n"
+            "        print(type(e).__name__, e)\n" % str(models["glm4moe"]))
+    r = run(llama_cpp_python, ["-c", code], tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines == ["InvalidArgumentError mtp must be 'auto', 'on' or 'off', got 'bogus'",
+                     "InvalidArgumentError n_draft must be 'auto' or a number 0..16, got 99",
+                     "InvalidArgumentError draft must be one of auto, greedy, chain, stochastic, got 'fast'",
+                     "ModelFileError MTP head file not found: missing.gguf"], lines
+
+
 def test_missing_llama_cpp_python_says_how_to_install_it(tmp_path):
     code = ("import sys; sys.modules['llama_cpp'] = None\n"
             "try:\n    import pymtp.llama_cpp\nexcept ImportError as e:\n    print('ERR', e)\n")

@@ -136,6 +136,10 @@ class Llama(llama_cpp.Llama):
     def mtp_enabled(self) -> bool:
         return self._mtp_rt is not None and self._mtp_rt.ctx_mtp is not None
 
+    def close(self) -> None:
+        if hasattr(self, "_stack"):   # an argument refused before llama_cpp.Llama.__init__ ran: nothing to free
+            super().close()
+
     def _close_mtp(self) -> None:
         if self._mtp_rt is not None:
             self._mtp_rt.close()
