@@ -178,6 +178,7 @@ void controller::stepped(int32_t n_tok, double ms) {
     if (!on() || pinned || !(ms > 0.0) || n_tok <= 0) {
         return;
     }
+    own_loop = true;
     if (hold) { // block mode: the current block's end-to-end time
         blk_tok += n_tok;
         blk_ms += ms;
@@ -264,8 +265,9 @@ int32_t controller::plan_block(int32_t k_cap) {
         block_k              = best_k;
         // neighbours: an unmeasured one every 2nd block (so the lengths around the choice are soon
         // measured and the choice climbs to the best), otherwise every 8th block in turn k+1, k-1, plain
-        const bool    up_new = best_k + 1 <= k_cap && !known(best_k + 1);
-        const bool    dn_new = best_k >= 1 && !known(best_k - 1);
+        // (only where blocks are timed: the engine's own loop; llama-server's slots keep every 8th)
+        const bool    up_new = own_loop && best_k + 1 <= k_cap && !known(best_k + 1);
+        const bool    dn_new = own_loop && best_k >= 1 && !known(best_k - 1);
         const int64_t every  = up_new || dn_new ? 2 : 8;
         if (++n_blocks % every == 0) {
             const int32_t turn = (int32_t) (n_blocks / 8 % 3);

@@ -164,7 +164,8 @@ struct controller {
     double             blk_tok   = 0.0; // the current block so far (end to end, the caller's time included)
     double             blk_ms    = 0.0;
     int32_t            blk_steps = 0;
-    std::vector<float> conf; // confidence of each kept draft of this step (< 0: unknown)
+    bool               own_loop  = false; // whole steps are timed (the engine's own loop, not llama-server)
+    std::vector<float> conf;              // confidence of each kept draft of this step (< 0: unknown)
 
     // ---- what it did (reset with the engine's stats) ----
     int64_t steps_k[K + 1] = {};
