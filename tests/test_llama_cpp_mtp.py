@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import pytest
 
 from conftest import python_path
 from pymtp._native.lib import lib_dir
+from server_harness import free_port
 
 PROBE = Path(__file__).resolve().parent / "llama_cpp_probe.py"
 STATS_KEYS = set(__import__("pymtp.engine.stats", fromlist=["Stats"]).Stats().to_dict())
@@ -96,12 +96,6 @@ def test_missing_llama_cpp_python_says_how_to_install_it(tmp_path):
     assert 'CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" pip install llama-cpp-python==0.3.36' in r.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _post(port: int, path: str, body: dict) -> dict:
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -110,7 +104,7 @@ def _post(port: int, path: str, body: dict) -> dict:
 
 
 def _serve(deps: Path, module: str, model: Path, cwd: Path, extra: list[str]):
-    port = _free_port()
+    port = free_port()
     log = open(cwd / f"{module}.log", "w")
     env = dict(os.environ, PYTHONPATH=python_path(deps), LLAMA_CPP_LIB_PATH=str(lib_dir()))
     proc = subprocess.Popen([sys.executable, "-m", module, "--model", str(model), "--n_ctx", "512",

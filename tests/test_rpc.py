@@ -18,15 +18,9 @@ import time
 
 import pytest
 
-from server_harness import Server
+from server_harness import Server, free_port
 
 CLI = [sys.executable, "-c", "import sys; from pymtp.cli.main import main; sys.exit(main())"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -34,7 +28,7 @@ def rpc_servers(tmp_path):
     """'127.0.0.1:p1,127.0.0.1:p2': two `pymtp rpc-server` processes, one thread each."""
     procs, eps = [], []
     for i in range(2):
-        port = _free_port()
+        port = free_port()
         log = open(tmp_path / f"rpc-{i}.log", "w")
         procs.append(subprocess.Popen([*CLI, "rpc-server", "-p", str(port), "-t", "1"], stdout=log,
                                       stderr=subprocess.STDOUT, cwd=tmp_path))
@@ -98,7 +92,7 @@ def test_llama_server_with_rpc_answers_like_a_local_one(models, servers, rpc_ser
 
 
 def test_unreachable_or_malformed_rpc_servers_are_clear_errors(tiny_model_path, tmp_path):
-    port = _free_port()   # nothing listens there
+    port = free_port()   # nothing listens there
     for rpc, message in ((f"127.0.0.1:{port}", f"RPC server 127.0.0.1:{port}: cannot connect"),
                          ("localhost", "RPC server 'localhost': expected host:port")):
         r = subprocess.run([*CLI, "generate", str(tiny_model_path("glm4moe")), "-p", "Hi", "-n", "4", "--rpc", rpc],

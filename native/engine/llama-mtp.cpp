@@ -178,7 +178,10 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
             }
         } else {
             k = m->ctrl.plan(k); // the most this step drafts; it may stop earlier
-            if (k == 0 && m->ctrl.quiet_run >= mtp::controller::QUIET) {
+            if (k > 0 && !m->ctrl.probing) {
+                m->ctrl.quiet_run = 0; // drafting chosen: awake, and the next sleep short again
+                m->ctrl.sleep_len = mtp::controller::SLEEP_MIN;
+            } else if (++m->ctrl.quiet_run >= mtp::controller::QUIET && k == 0) {
                 m->sleep(); // plain decoding has kept winning: this step is the first asleep
             }
         }

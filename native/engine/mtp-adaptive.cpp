@@ -107,8 +107,7 @@ int32_t controller::plan(int32_t k_cap) {
     }
     if (window_plain) { // a plain window (see next_window)
         plain = true;
-        quiet_run++;
-        rate = ratio(0);
+        rate  = ratio(0);
         if (vetoed()) {
             n_vetoed++;
         }
@@ -138,8 +137,6 @@ int32_t controller::plan(int32_t k_cap) {
     rate = best;
     if (best_k > 0) {
         plain_run              = 0;
-        quiet_run              = 0;
-        sleep_len              = SLEEP_MIN;
         // drafting leads: re-time a plain step now and then, by the same rule as the probes below (the
         // plain cost may have been timed cold, or the machine may have changed)
         const double gap_plain = best / std::max(ratio(0), 1e-12);
@@ -153,8 +150,7 @@ int32_t controller::plan(int32_t k_cap) {
         }
         return k_cap; // keep() decides where the draft stops
     }
-    draft_run = 0;
-    quiet_run++;
+    draft_run           = 0;
     // plain decoding leads: re-probe the best draft length now and then, every 16 plain steps when the
     // two are close, rarely when drafting is far behind (each probe costs in proportion to the gap); a
     // draft cost timed only once or twice (a cold first decode) is re-timed soon whatever the gap
@@ -286,13 +282,7 @@ int32_t controller::plan_block(int32_t k_cap) {
     }
     const int32_t k = std::min(block_k, k_cap);
     plain           = k == 0 && !probing;
-    if (k > 0 && !probing) {
-        quiet_run = 0;
-        sleep_len = SLEEP_MIN;
-    } else {
-        quiet_run++;
-    }
-    rate = ratio(k);
+    rate            = ratio(k);
     return k;
 }
 

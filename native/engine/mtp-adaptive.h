@@ -95,11 +95,12 @@ struct controller {
     static constexpr double  WIN_KEEP = 0.8;  // window rates: ~5 recent windows of each policy
     static constexpr double  VETO     = 0.98; // drafting is vetoed while its windows run below this x plain
     static constexpr int64_t QUIET = 512; // own loop: steps in a row without drafting chosen before the MTP side sleeps
-    static constexpr int64_t SLEEP_MIN  = 1024;  // own loop: steps of the first sleep; a sleep whose waking finds
-    static constexpr int64_t SLEEP_MAX  = 16384; //   nothing to draft doubles the next one, up to this
-    static constexpr int64_t WAKE_PROBE = 32;    // steps after waking (the MTP KV rebuilding) before a probe
-    static constexpr double  CLEAR      = 1.3; // free windows this far above the modelled plain rate: no plain windows
-    static constexpr double  CHECK_KEEP = 0.5; // a check window (the policy behind) weighs this much more
+    static constexpr int64_t SLEEP_MIN   = 1024;  // own loop: steps of the first sleep; a sleep whose waking finds
+    static constexpr int64_t SLEEP_MAX   = 16384; //   nothing to draft doubles the next one, up to this
+    static constexpr int64_t WAKE_PROBE  = 32;    // steps after waking (the MTP KV rebuilding) before a probe
+    static constexpr int32_t COLD_DRAFTS = 4;     // draft decodes after waking left untimed (new KV, new graphs)
+    static constexpr double  CLEAR       = 1.3; // free windows this far above the modelled plain rate: no plain windows
+    static constexpr double  CHECK_KEEP  = 0.5; // a check window (the policy behind) weighs this much more
 
     int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
@@ -135,7 +136,7 @@ struct controller {
     // off, queue and MTP KV dropped, every step plain, exactly as with MTP off. It wakes after sleep_len
     // steps, rebuilds the MTP KV from there on (the head sees a shorter context at first: only speed
     // depends on it) and probes after WAKE_PROBE steps.
-    int64_t       quiet_run       = 0; // steps since the model last chose to draft (probes, plain windows: quiet)
+    int64_t       quiet_run       = 0; // own loop: steps since the controller last chose to draft (probes: quiet)
     int64_t       sleep_len       = SLEEP_MIN; // the next sleep's length
     int64_t       wake_probe      = 0;         // steps left until the probe after waking (0: none pending)
     int32_t       cold_drafts     = 0;         // draft decodes after waking left untimed

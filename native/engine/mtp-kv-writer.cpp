@@ -139,9 +139,8 @@ void llama_mtp::wake() {
     dormant          = false;
     sleep_left       = 0;
     ctrl.wake_probe  = mtp::controller::WAKE_PROBE;
-    ctrl.cold_drafts = 4;
-    ctrl.window_left = 0; // a fresh window: the sleeping steps are no window's
-    ctrl.window_tok = ctrl.window_ms = 0.0;
+    ctrl.cold_drafts = mtp::controller::COLD_DRAFTS;
+    ctrl.window_left = 0; // a fresh window (stepped() opens it): the sleeping steps are no window's
 }
 
 int32_t llama_mtp::flush_deferred() {

@@ -31,6 +31,15 @@ def lib_dir() -> Path:
     return Path(env) if env else _PKG / "lib"
 
 
+def bundled_binary(name: str, missing: str = "pymtp must be installed with 'pip install .' (which builds it)") -> Path:
+    """A tool built with pymtp (llama-server, ggml-rpc-server) in bin_dir(); NativeLibraryError if absent."""
+    path = bin_dir() / name
+    if not path.is_file():
+        raise NativeLibraryError(f"{name} not found at {path}: {missing}, or PYMTP_BIN_DIR must point at a "
+                                 "build of it")
+    return path
+
+
 def bin_dir() -> Path:
     env = os.environ.get("PYMTP_BIN_DIR")
     if env:

@@ -28,6 +28,12 @@ def parse_endpoints(servers: str | list[str] | tuple[str, ...]) -> list[str]:
     return out
 
 
+def offloaded_layers(n_gpu_layers: int) -> int:
+    """The layers to offload when RPC servers are given: RPC devices hold offloaded layers only, so
+    n_gpu_layers 0 means all of them."""
+    return n_gpu_layers or 999
+
+
 def _ggml() -> C.CDLL:
     native_lib.load()   # libllama first: libggml is its dependency, already in the process
     path = native_lib.lib_dir() / ("libggml.dylib" if native_lib._lib_name().endswith(".dylib") else "libggml.so")

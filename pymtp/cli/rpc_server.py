@@ -7,7 +7,7 @@ import os
 import sys
 
 from pymtp.cli import common
-from pymtp.errors import InvalidArgumentError, NativeLibraryError
+from pymtp.errors import InvalidArgumentError
 
 DESCRIPTION = """\
 Run the bundled ggml-rpc-server: this machine's devices (its GPUs, or its CPU) become devices of
@@ -37,13 +37,9 @@ def register(subparsers) -> None:
 
 
 def server_binary():
-    from pymtp._native.lib import bin_dir
+    from pymtp._native.lib import bundled_binary
 
-    path = bin_dir() / "ggml-rpc-server"
-    if not path.is_file():
-        raise NativeLibraryError(f"ggml-rpc-server not found at {path}: this pymtp was built without RPC "
-                                 "(PYMTP_RPC=OFF), or PYMTP_BIN_DIR points at a build without it")
-    return path
+    return bundled_binary("ggml-rpc-server", "this pymtp was built without RPC (PYMTP_RPC=OFF)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -159,8 +159,7 @@ class Runtime:
             from .._native import rpc
 
             rpc.add_servers(cfg.rpc)
-            if cfg.n_gpu_layers == 0:
-                mparams.n_gpu_layers = 999  # RPC servers are only used by offloaded layers: all of them
+            mparams.n_gpu_layers = rpc.offloaded_layers(cfg.n_gpu_layers)
         mparams.load_mtp = cfg.mtp != "off"  # MTP layers are loaded only when they may be used
         L.clear_log_tail()  # a failure is explained by this load's log lines only
         if head is None:

@@ -16,19 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import options
-from ..errors import InvalidArgumentError, NativeLibraryError, PymtpError
+from ..errors import InvalidArgumentError, PymtpError
 
 
 def server_binary() -> Path:
     """The bundled llama-server (``PYMTP_BIN_DIR`` / ``PYMTP_LIB_DIR`` point at a development build)."""
-    from .._native.lib import bin_dir
+    from .._native.lib import bundled_binary
 
-    path = bin_dir() / "llama-server"
-    if not path.is_file():
-        raise NativeLibraryError(
-            f"llama-server not found at {path}: pymtp must be installed with 'pip install .' "
-            "(which builds it), or PYMTP_BIN_DIR must point at a build of it")
-    return path
+    return bundled_binary("llama-server")
 
 
 @dataclass
@@ -96,10 +91,10 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
     argv = [str(server_binary()), "-m", str(model), "--host", host, "--port", str(port),
             "-c", str(ctx * parallel), "-np", str(parallel)]
     if rpc is not None:
-        from .._native.rpc import parse_endpoints  # pure Python: no library loaded
+        from .._native.rpc import offloaded_layers, parse_endpoints  # pure Python: no library loaded
 
         argv += ["--rpc", ",".join(parse_endpoints(rpc))]
-        ngl = ngl or 999   # RPC servers hold offloaded layers only: all of them unless --ngl says otherwise
+        ngl = offloaded_layers(ngl)
     if ngl != 0:
         argv += ["-ngl", str(ngl)]
     if threads is not None:
