@@ -18,11 +18,13 @@ import functools
 import struct
 import sys
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from pymtp.errors import ModelFileError
+
+GRAFT_PREFIX = "pymtp.graft."      # provenance keys of a head written by pymtp graft
 
 # Architectures (``general.architecture`` strings, as spelled in llama.cpp's
 # LLM_ARCH_NAMES) whose graph in our llama.cpp build can run MTP layers.
@@ -73,6 +75,7 @@ class ModelInfo:
     n_tensors: int
     bos_token: str | None = None  # text of tokenizer.ggml.bos_token_id (for chat templates)
     eos_token: str | None = None  # text of tokenizer.ggml.eos_token_id
+    graft_provenance: dict = field(default_factory=dict)   # pymtp.graft.* keys of a grafted head
 
     @property
     def mtp_key(self) -> str:
@@ -272,6 +275,8 @@ def read_info(path) -> ModelInfo:
         n_tensors=len(tensors),
         bos_token=_token_text(reader, "tokenizer.ggml.bos_token_id"),
         eos_token=_token_text(reader, "tokenizer.ggml.eos_token_id"),
+        graft_provenance={k[len(GRAFT_PREFIX):]: _field_value(reader, k) for k in reader.fields
+                          if k.startswith(GRAFT_PREFIX)},
     )
 
 

@@ -137,7 +137,7 @@ def test_torch_trunk_matches_llama_cpp(tmp_path, arch, window):
 
 # byte-level vocabulary: a chat prompt is ~100-250 tokens, the generated part 40
 GRAFT_ARGS = ["--samples", "12", "--gen-tokens", "40", "--steps", "30", "--batch", "4", "--seq-len", "320",
-              "--lr", "3e-3", "--device", "cpu", "--threads", "1", "--quiet"]
+              "--lr", "3e-3", "--device", "cpu", "--threads", "1", "--quiet", "--check-prompts", "3"]
 
 
 def expected_head_names(n_layer):
@@ -210,6 +210,12 @@ def test_head_gguf_contract(grafted):
     assert len(graft_kv["pymtp.graft.base_sha256"]) == 64
     assert graft_kv["pymtp.graft.steps"] == 30
     assert graft_kv["pymtp.graft.final_loss"] > 0
+    # the held-out acceptance check, measured through the native engine, is recorded in the head
+    acc = report["acceptance"]
+    assert acc["n_prompts"] == 3 and acc["k"] == 3 and acc["n_generated"] > 0
+    assert len(acc["accept_per_position"]) == 3 and all(0 <= a <= 1 for a in acc["accept_per_position"])
+    assert graft_kv["pymtp.graft.acceptance"] == ",".join(f"{a:.4f}" for a in acc["accept_per_position"])
+    assert graft_kv["pymtp.graft.acceptance_prompts"] == 3
 
 
 def test_merge_head(grafted, tiny_llama, tmp_path):
@@ -484,3 +490,126 @@ def test_grafted_heads_engine_lossless_and_caches_exact(grafted_heads, tiny_llam
     ftoks, flogits = fresh_peek(model(), held + [CHECK_SEQ[0]], 5)
     assert toks == ftoks
     assert float(np.abs(np.asarray(logits) - np.asarray(flogits)).max()) < 0.02
+
+
+# --------------------------------------------------------------------------- draft vocabulary (pymtp trim)
+
+def _trimmed(grafted, tiny_llama, tmp_path, n=40):
+    """The grafted head with a draft vocabulary of the n tokens the corpus uses most."""
+    from pymtp.graft import trim
+    from pymtp.graft.tokenizer import Tokenizer
+
+    head, _, _ = grafted
+    with Tokenizer(tiny_llama) as tok:
+        ids = tok.tokenize(CORPUS, add_special=False)
+        n_vocab, eog = tok.n_vocab, list(tok.eog_ids)
+    counts = np.bincount(np.asarray(ids), minlength=n_vocab)
+    keep = trim.choose(counts, n, always=eog)
+    assert len(keep) == n and set(eog) <= set(keep.tolist())
+    out = trim.trim_head(head, tiny_llama, keep, tmp_path / "trimmed.gguf")
+    return out, keep, n_vocab
+
+
+def test_trimmed_head_scores_only_its_draft_vocabulary(grafted, tiny_llama, tmp_path):
+    """The draft logits of a trimmed head are the full head's on the kept tokens (the rows are the
+    base's LM-head rows as stored) and -inf elsewhere, so every draft is a kept token."""
+    import pymtp
+
+    head, _, _ = grafted
+    trimmed, keep, n_vocab = _trimmed(grafted, tiny_llama, tmp_path)
+    r = gguf.GGUFReader(str(trimmed))
+    shapes = {t.name: [int(x) for x in t.shape] for t in r.tensors}
+    L = N_LAYER
+    assert shapes[f"blk.{L}.nextn.shared_head_head.weight"] == [D, len(keep) + 1]
+    assert shapes[f"blk.{L}.nextn.embed_tokens.t2d"] == [n_vocab]
+    assert r.get_field("pymtp.graft.draft_vocab").contents() == len(keep)
+    assert r.get_field("pymtp.graft.acceptance") is None          # measured on the untrimmed head only
+
+    prompt = "The quick brown fox jumps over the"
+    peeks = {}
+    for name, path in (("full", head), ("trimmed", trimmed)):
+        with pymtp.Model(tiny_llama, mtp="on", mtp_head=path, n_draft=3, n_ctx=256, n_threads=1) as m:
+            m.generate(prompt, max_tokens=1)
+            peeks[name] = m.rt.peek_draft(3)
+    full, cut = (np.array(peeks[k][1]) for k in ("full", "trimmed"))
+    outside = np.setdiff1d(np.arange(n_vocab), keep)
+    assert np.all(np.isneginf(cut[:, outside]))
+    assert np.all(np.isin(peeks["trimmed"][0], keep))
+    # step 1 sees the same input with both heads: identical scores on the kept tokens
+    np.testing.assert_allclose(cut[0, keep], full[0, keep], rtol=0, atol=1e-5)
+
+
+def test_trimmed_head_is_lossless(grafted, tiny_llama, tmp_path):
+    trimmed, _, _ = _trimmed(grafted, tiny_llama, tmp_path)
+    assert_head_drafts_losslessly(tiny_llama, trimmed, n_draft=3)
+
+
+def test_trimmed_head_stochastic_drafting_is_exact(grafted, tiny_llama, tmp_path):
+    """Rejection sampling with q on the draft vocabulary only (q = 0 elsewhere) keeps the target's
+    distribution: the joint law of the first tokens equals plain sampling (chi-square), while drafts
+    are accepted; a verifier that accepts every draft is rejected by the same test."""
+    from collections import Counter
+
+    import pymtp
+    from test_exactness import homogeneity_p
+
+    trimmed, keep, _ = _trimmed(grafted, tiny_llama, tmp_path, n=24)
+    kw = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
+    n = 5000
+
+    def joint(m, seed0, **extra):
+        prompt, counts, accepted = m.tokenize("The quick brown"), Counter(), 0
+        for i in range(n):
+            out = m.generate(prompt, max_tokens=3, seed=seed0 + i, **kw, **extra)
+            counts[tuple(out.tokens)] += 1
+            accepted += out.stats.n_accepted
+        return counts, accepted
+
+    with pymtp.Model(tiny_llama, mtp="off", n_ctx=128, n_threads=1) as m:
+        plain, _ = joint(m, 0)
+    with pymtp.Model(tiny_llama, mtp="on", mtp_head=trimmed, n_draft=2, n_ctx=128, n_threads=1) as m:
+        drafted, accepted = joint(m, 10**6, draft="stochastic")
+    assert accepted > 50
+    # the target puts real mass outside the draft vocabulary, so a wrong residual would show
+    outside = sum(c for t, c in plain.items() if any(x not in set(keep.tolist()) for x in t))
+    assert outside > n // 10
+    assert homogeneity_p(plain, drafted) > 1e-3
+
+
+def test_pymtp_trim_cli(grafted, tiny_llama, tmp_path, capsys):
+    from pymtp.graft.tokenizer import Tokenizer
+
+    head, _, _ = grafted
+    with Tokenizer(tiny_llama) as tok:
+        n_vocab = tok.n_vocab
+        ids = tok.tokenize(CORPUS, add_special=False)
+    counts = tmp_path / "counts.npz"
+    np.savez(counts, train=np.bincount(np.asarray(ids), minlength=n_vocab), val=np.bincount(np.asarray(ids[:50]),
+                                                                                          minlength=n_vocab))
+    out = tmp_path / "t.gguf"
+    assert main(["trim", str(tiny_llama), "--mtp-head", str(head), "-n", "32", "-o", str(out),
+                 "--counts", str(counts), "--check-prompts", "2", "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "draft vocabulary of 32 of" in text and "held-out coverage" in text
+    assert "acceptance of the trimmed head" in text
+    assert main(["info", str(tiny_llama), "--mtp-head", str(out)]) == 0
+    info = capsys.readouterr().out
+    assert "draft vocabulary  32 tokens (pymtp trim)" in info
+    assert "head acceptance" in info                     # the trimmed head's own, from --check-prompts
+    assert_head_drafts_losslessly(tiny_llama, out, n_draft=2)
+    # bad input: a clear error, nothing written
+    for argv, message in (
+            (["-n", str(n_vocab)], "smaller than the vocabulary"),
+            (["-n", "0"], "-n must be >= 1"),
+            (["--mtp-head", str(out), "-n", "16"], "already has a draft vocabulary"),
+            (["--counts", str(tmp_path / "missing.npz"), "-n", "16"], "--counts: no such file")):
+        argv = ["trim", str(tiny_llama), "--mtp-head", str(head), "--counts", str(counts), "-o",
+                str(tmp_path / "bad.gguf"), *argv]
+        assert main(argv) != 0
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "bad.gguf").exists()
+
+
+def test_pymtp_trim_refuses_a_model_with_its_own_mtp_layers(tiny_model_path, tmp_path, capsys):
+    assert main(["trim", str(tiny_model_path("glm4moe")), "-n", "64", "-o", str(tmp_path / "t.gguf")]) != 0
+    assert "has its own MTP layers" in capsys.readouterr().err

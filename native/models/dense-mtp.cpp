@@ -15,6 +15,9 @@
 //     t_h_nextn = out                                (fed to the next draft step)
 //     logits = (nextn.shared_head_head, else output [+ output.bias]) . out
 //              (gemma3: the model's final logit softcap when it has one)
+//     draft vocabulary (pymtp trim): shared_head_head has N + 1 rows (the N most used tokens, then a
+//     zero row), shared_head_head.bias is -inf on the last row, embed_tokens.t2d maps each token id
+//     to its row (N for the others); the logits come back over the whole vocabulary, -inf outside
 //   all norms: eps = the model's RMS eps; weights used as stored (like the trunk).
 
 #include "models/models.h" // upstream src/ is on the llama target's include path
@@ -83,12 +86,45 @@ void llama_dense_mtp_load_tensors(llama_model_base & m, llama_model_loader & ml)
         layer.nextn.hnorm = m.create_tensor(tn(LLM_TENSOR_NEXTN_HNORM, "weight", il), { n_embd }, flags);
         layer.nextn.shared_head_norm =
             m.create_tensor(tn(LLM_TENSOR_NEXTN_SHARED_HEAD_NORM, "weight", il), { n_embd }, opt);
-        layer.nextn.shared_head_head =
-            m.create_tensor(tn(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, "weight", il), { n_embd, n_vocab }, opt);
+        // the head's own LM head: the whole vocabulary, or a draft vocabulary of n_draft_vocab rows (+ one
+        // zero row) with its bias (-inf on that row) and the map t2d: token id -> row (the zero row for
+        // tokens outside the draft vocabulary); see the graph below
+        const auto    head_name = tn(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, "weight", il);
+        const auto *  head_meta = ml.get_tensor_meta(head_name.str().c_str());
+        const int64_t n_rows    = head_meta ? head_meta->ne[1] : n_vocab;
+        layer.nextn.shared_head_head = m.create_tensor(head_name, { n_embd, n_rows }, opt);
+        if (n_rows != n_vocab) {
+            m.create_tensor(tn(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, "bias", il), { n_rows }, flags);
+            m.create_tensor(tn(LLM_TENSOR_NEXTN_EMBED_TOKENS, "t2d", il), { n_vocab }, flags);
+        }
         layer.nextn.embed_tokens =
             m.create_tensor(tn(LLM_TENSOR_NEXTN_EMBED_TOKENS, "weight", il), { n_embd, n_vocab }, opt);
     }
 }
+
+namespace {
+
+// The draft-vocabulary head's logits [n_rows, n_out] (row n_rows - 1 scores 0: a zero row of the head)
+// become whole-vocabulary logits [n_vocab, n_out]: + bias (-inf on that last row), then each token
+// takes its row through t2d (tokens outside the draft vocabulary take the last, -inf, row).
+ggml_tensor * scatter_draft_vocab(ggml_context * ctx, const llama_model & model, int il, ggml_tensor * logits) {
+    const LLM_TN  tn(model.arch);
+    const auto    bias_name = tn(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, "bias", il).str();
+    const auto    t2d_name  = tn(LLM_TENSOR_NEXTN_EMBED_TOKENS, "t2d", il).str();
+    ggml_tensor * bias      = const_cast<ggml_tensor *>(model.get_tensor(bias_name.c_str()));
+    ggml_tensor * t2d       = const_cast<ggml_tensor *>(model.get_tensor(t2d_name.c_str()));
+    GGML_ASSERT(bias && t2d && "dense MTP graph: a draft-vocabulary head needs its bias and t2d tensors");
+
+    const int64_t n_rows = logits->ne[0];
+    const int64_t n_out  = logits->ne[1];
+    logits               = ggml_add(ctx, logits, bias);
+    // rows of [n_out, n_rows] are the rows of the head; gather them by token, then back to [n_vocab, n_out]
+    ggml_tensor * by_row = n_out == 1 ? ggml_reshape_2d(ctx, logits, 1, n_rows) : ggml_cont(ctx, ggml_transpose(ctx, logits));
+    ggml_tensor * by_tok = ggml_get_rows(ctx, by_row, t2d);
+    return n_out == 1 ? ggml_reshape_2d(ctx, by_tok, by_tok->ne[1], 1) : ggml_cont(ctx, ggml_transpose(ctx, by_tok));
+}
+
+} // namespace
 
 template <bool iswa>
 llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const llm_graph_params & params)
@@ -273,6 +309,11 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
         cur = ggml_scale(ctx0, cur, 1.0f / hparams.f_final_logit_softcapping);
         cur = ggml_tanh(ctx0, cur);
         cur = ggml_scale(ctx0, cur, hparams.f_final_logit_softcapping);
+    }
+    // A draft vocabulary (pymtp trim): the head scored only its rows; scatter them back to the whole
+    // vocabulary, -inf for every other token, so samplers, q and the engine see ordinary logits
+    if (own_head && head_w->ne[1] != (int64_t) model.vocab.n_tokens()) {
+        cur = scatter_draft_vocab(ctx0, model, il, cur);
     }
     cb(cur, "result_output", -1);
     res->t_logits = cur;

@@ -31,7 +31,11 @@ loads next to the base (--mtp-head, or <model>.mtp.gguf beside the model).
    agreement with the base;
 3. output: HEAD.gguf (f16 or q8_0 matrices; N heads: nextn_predict_layers = N,
    blocks n_layer .. n_layer+N-1) with provenance keys, a resumable
-   checkpoint HEAD.gguf.ckpt.pt, and optionally a JSON report.
+   checkpoint HEAD.gguf.ckpt.pt, and optionally a JSON report;
+4. check: the written head drafts greedily through the native engine on
+   held-out prompts; its acceptance per draft position is printed, stored in
+   the report and in the head (pymtp info shows it). A --type q8_0 head is
+   compared with its f16 original and a loss of acceptance is warned about.
 
 Architectures: llama, qwen2, qwen3, gemma3 (dense). Uses CUDA when available."""
 
@@ -106,6 +110,15 @@ def register(subparsers) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--type", dest="head_type", choices=("f16", "q8_0"), default="f16",
                    help="storage type of the head's matrices (default: f16)")
+    o.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="score only the N tokens the base emits most in the training data (a draft "
+                        "vocabulary: cheaper draft steps; see pymtp trim); 0 = the whole vocabulary "
+                        "(default: 0)")
+    o.add_argument("--check-prompts", type=int, default=24, metavar="N",
+                   help="after training, generate greedily from N held-out prompts through the native "
+                        "engine with the written head, report its acceptance per draft position and "
+                        "record it in the head (pymtp info shows it); a quantized head is compared "
+                        "with its f16 original; 0 skips this (default: 24)")
     o.add_argument("--quiet", action="store_true", help="no progress bars")
     common.add_debug_flag(p, top_level=False)
     p.set_defaults(handler=run)
@@ -134,6 +147,8 @@ def validate(args) -> None:
     check(0 <= args.greedy_frac <= 1, f"--greedy-frac must be in 0..1 (got {args.greedy_frac})")
     check(args.ce_weight >= 0, f"--ce-weight must be >= 0 (got {args.ce_weight})")
     check(args.cache_gb >= 0, f"--cache-gb must be >= 0 (got {args.cache_gb})")
+    check(args.check_prompts >= 0, f"--check-prompts must be >= 0 (got {args.check_prompts})")
+    check(args.draft_vocab >= 0, f"--draft-vocab must be >= 0 (got {args.draft_vocab})")
     for f in args.corpus:
         check(Path(f).is_file(), f"--corpus: no such file: {f}")
 
@@ -192,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
                       greedy_frac=args.greedy_frac),
         corpus=[Path(f) for f in args.corpus], head_type=args.head_type, resume=args.resume,
         report=args.report, data_cache=args.data_cache, gen_batch=args.gen_batch,
-        progress=not args.quiet, tokenizer=tok,
+        progress=not args.quiet, tokenizer=tok, check_prompts=args.check_prompts, draft_vocab=args.draft_vocab,
     )
     report = graft(job)
     val = report["final"]["val"]
@@ -208,4 +223,9 @@ def run(args: argparse.Namespace) -> int:
             if len(val["per_step"]) > 1:
                 line += " (draft steps: " + ", ".join(f"{s['agree']:.3f}" for s in val["per_step"]) + ")"
     print(line)
+    acc = report.get("acceptance")
+    if acc:
+        rates = " / ".join(f"{a:.3f}" for a in acc["accept_per_position"])
+        print(f"held-out acceptance by draft position (greedy, {acc['n_prompts']} prompts): {rates}, "
+              f"AL({acc['k']}) {acc['AL_by_k'][-1]:.2f}")
     return 0

@@ -78,10 +78,16 @@ def head_in_use(model_path, info, head_arg: str | None) -> dict | None:
         path, source = sidecar_path(model_path), "found next to the model"
     else:
         return None
-    return {"path": str(path), "source": source, "n_mtp_layers": read_info(path).n_mtp_layers}
+    from pymtp.graft.acceptance import describe_recorded, recorded
+
+    head = read_info(path)
+    prov = head.graft_provenance
+    return {"path": str(path), "source": source, "n_mtp_layers": head.n_mtp_layers,
+            "acceptance": recorded(head), "acceptance_note": describe_recorded(head),
+            "draft_vocab": prov.get("draft_vocab"), "draft_vocab_coverage": prov.get("draft_vocab_coverage")}
 
 
-def info_lines(info, will_run: bool, reason: str) -> list[str]:
+def info_lines(info, will_run: bool, reason: str, head: dict | None = None) -> list[str]:
     def opt(value):
         return "unknown" if value is None else str(value)
 
@@ -98,6 +104,13 @@ def info_lines(info, will_run: bool, reason: str) -> list[str]:
         ("MTP", ("yes: " if will_run else "no: ") + reason),
         ("chat template", "yes" if info.chat_template else "no (ChatML is used)"),
     ]
+    if head is not None and head.get("acceptance_note"):
+        rows.insert(-1, ("head acceptance", head["acceptance_note"]))
+    if head is not None and head.get("draft_vocab"):
+        note = f"{head['draft_vocab']} tokens (pymtp trim)"
+        if head.get("draft_vocab_coverage") is not None:
+            note += f", {head['draft_vocab_coverage']:.1%} of the base's held-out generated tokens"
+        rows.insert(-1, ("draft vocabulary", note))
     width = max(len(k) for k, _ in rows)
     return [f"{k:<{width}}  {v}" for k, v in rows]
 
@@ -115,5 +128,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info_dict(info, will_run, reason, head), indent=2))
     else:
-        print("\n".join(info_lines(info, will_run, reason)))
+        print("\n".join(info_lines(info, will_run, reason, head)))
     return 0

@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from pymtp.cli import bench, chat, common, generate, graft, info, rpc_server, serve
+from pymtp.cli import bench, chat, common, generate, graft, info, rpc_server, serve, trim
 from pymtp.errors import PymtpError
 
-SUBCOMMANDS = (info, generate, chat, serve, bench, graft, rpc_server)
+SUBCOMMANDS = (info, generate, chat, serve, bench, graft, trim, rpc_server)
 
 DESCRIPTION = """\
 pymtp: fast local text generation for GGUF models with multi-token prediction

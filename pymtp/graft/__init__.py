@@ -10,4 +10,5 @@ Modules, one job each (all but ``prompts`` and ``writer`` need PyTorch):
 * ``train``:        the training loop, checkpoints, validation, report
 * ``writer``:       the head-only GGUF and ``merge_head`` (base + head in one file)
 * ``check``:        torch vs llama.cpp agreement
+* ``acceptance``:   a head's per-position acceptance through the native engine
 """

@@ -22,9 +22,10 @@ import numpy as np
 
 from pymtp.errors import PymtpError
 
-from .prompts import MAX_UNIQUE_PROMPTS, unique_prompts
+from .prompts import MAX_UNIQUE_PROMPTS, build_prompts, unique_prompts
 
-DATA_VERSION = 1          # bump when the prompt set or the generation recipe changes
+DATA_VERSION = 2          # bump when the prompt set or the generation recipe changes (2: role-play,
+                          # extraction, reasoning, essay and more math prompts; up to 60000 distinct)
 MIN_SEQ_TOKENS = 4
 
 
@@ -211,3 +212,20 @@ def corpus_dataset(files, tokenizer, seq_len: int, val_every: int = 20) -> Datas
                 seqs.append(chunk)
     n = len(seqs)
     return Dataset.from_seqs(seqs, [0] * n, [(i % val_every) == val_every - 1 for i in range(n)], [1] * n)
+
+
+def held_out_prompts(gen: GenConfig, n: int) -> list:
+    """``n`` prompts never trained on: the generation plan's validation prompts, then (for a small
+    plan) the prompt set's next ones, which no sample uses."""
+    prompts, plan = sample_plan(gen)
+    held = [prompts[pi] for pi in sorted({pi for pi, _, is_val in plan if is_val})][:n]
+    if len(held) < n:
+        held += build_prompts(len(prompts) + n - len(held), seed=gen.seed)[len(prompts):]
+    return held
+
+
+def default_cache_dir() -> Path:
+    """$PYMTP_CACHE_DIR/graft (or ~/.cache/pymtp/graft)."""
+    from pymtp.default_model import cache_root
+
+    return cache_root() / "graft"

@@ -1,5 +1,6 @@
 """The built-in prompt set for self-distillation data: instructions, questions, writing,
-code, math and rewriting tasks, plus raw-text openers, generated from topic x task lists.
+code, math, rewriting, role-play, extraction, reasoning and essay tasks, plus raw-text openers,
+generated from topic x task lists (written for pymtp; no evaluation set's questions).
 
 ``build_prompts(n, seed)`` returns ``n`` distinct prompts, deterministic by seed; chat prompts are
 lists of messages (rendered with the base's own chat template later), raw prompts are strings
@@ -200,14 +201,65 @@ DISHES = ("tomato soup", "banana bread", "vegetable curry", "pancakes", "lemon c
 FUNCTION_NAMES = ("parse_config", "binary_search", "merge_sorted", "is_prime", "word_count",
                   "flatten", "fibonacci", "read_lines", "normalize_vector", "to_snake_case")
 
+PERSONAS = ("a pirate captain", "a medieval knight", "a detective in 1920s London", "a tour guide in Rome",
+            "a patient customer support agent", "a football coach at half-time", "a family doctor",
+            "a famous chef", "an astronaut on the space station", "a wise old wizard", "a startup founder",
+            "a park ranger", "a stand-up comedian", "a museum curator", "a personal fitness trainer",
+            "a ship's navigator", "a librarian", "a travel blogger", "a career counselor", "a mathematics teacher",
+            "a sommelier", "a city mayor", "a gardener", "a radio host", "a job interviewer")
+
+ROLE_TASKS = ("Introduce yourself and describe a typical day.", "A visitor asks you for advice. What do you say?",
+              "Describe the most difficult moment of your career.", "Give a short pep talk to someone who is nervous.",
+              "Someone complains that they are bored. How do you respond?",
+              "Explain your job to a child.", "What is the best lesson you have learned?",
+              "Answer the question: what should I do this weekend?", "Describe your favourite place.",
+              "A stranger asks you what makes you happy. Reply in character.")
+
+ROLE_TEMPLATES = ("Pretend you are {p}. {task}", "You are {p}. Stay in character. {task}",
+                  "Imagine you are {p}. {task} Keep it under 150 words.",
+                  "Act as {p}. {task}")
+
+NAMES = ("Maria Lopez", "John Smith", "Aiko Tanaka", "Ravi Patel", "Fatima Ahmed", "Lukas Weber",
+         "Chen Wei", "Olga Ivanova", "Kwame Mensah", "Sofia Rossi", "Liam O'Brien", "Amara Okafor")
+COMPANIES = ("Northwind Labs", "BlueRiver Foods", "Helix Robotics", "Greenleaf Energy", "Atlas Books",
+             "Quantum Bikes", "Sunrise Health", "Copperline Media", "Polar Logistics", "Maple Software")
+CITIES = ("Berlin", "Nairobi", "Osaka", "Toronto", "Lima", "Lyon", "Melbourne", "Mumbai", "Oslo", "Austin")
+PRODUCTS = ("electric scooters", "organic snacks", "warehouse robots", "solar panels", "audiobooks",
+            "folding bicycles", "fitness trackers", "podcasts", "delivery software", "accounting tools")
+
+EXTRACT_TASKS = ("Extract every person, company, city and year from the text above as JSON.",
+                 "Summarize the text above in one sentence.",
+                 "List all the numbers in the text above and say what each one refers to.",
+                 "Write three questions that can be answered from the text above, with their answers.",
+                 "Turn the text above into a table with the columns: field, value.",
+                 "What is the main point of the text above? Answer in two sentences.",
+                 "Rewrite the text above for a press release.")
+
+REASON_NAMES = ("Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Hassan", "Ines", "Jonas")
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+ESSAY_TEMPLATES = (
+    "Describe the main causes and consequences of {t}.",
+    "Evaluate the arguments for and against {t}. Conclude with your own view.",
+    "Write a short essay about {t} for a university course.",
+    "How would you teach {t} in a one-hour class? Describe the plan.",
+    "Discuss the ethical questions raised by {t}.",
+    "What are the open problems in {t} today?",
+    "Explain the history of {t} in five key events.",
+    "Write a persuasive paragraph convincing a skeptic that {t} is important.",
+    "What would the world look like without {t}?",
+    "Summarize what scientists and historians agree on about {t}, and where they disagree.",
+)
+
 # (category, weight)
-CATEGORIES = (("explain", 28), ("write", 18), ("code", 18), ("code_q", 4), ("howto", 10),
-              ("math", 8), ("rewrite", 6), ("brainstorm", 4), ("raw", 10))
+CATEGORIES = (("explain", 20), ("write", 14), ("code", 14), ("code_q", 4), ("howto", 8),
+              ("math", 10), ("rewrite", 6), ("brainstorm", 4), ("raw", 8), ("roleplay", 6),
+              ("extract", 6), ("reason", 6), ("essay", 8))
 
 
 def _math_problem(r: random.Random) -> str:
     a, b, c = r.randint(2, 99), r.randint(2, 99), r.randint(2, 12)
-    kind = r.randrange(8)
+    kind = r.randrange(14)
     if kind == 0:
         return f"A train travels {a * c} km in {c} hours. What is its average speed? Explain your reasoning."
     if kind == 1:
@@ -222,7 +274,49 @@ def _math_problem(r: random.Random) -> str:
         return f"What is {a} times {b}? Show the calculation step by step."
     if kind == 6:
         return (f"A rectangle is {a} cm long and {b} cm wide. What are its area and perimeter?")
-    return f"If a shirt costs ${a} and is discounted by {c * 5}%, what is the final price?"
+    if kind == 7:
+        return f"If a shirt costs ${a} and is discounted by {c * 5}%, what is the final price?"
+    if kind == 8:
+        return f"Two fair dice are rolled. What is the probability that the sum is {min(c, 11) + 1}? Explain."
+    if kind == 9:
+        return f"The vertices of a triangle are (0, 0), ({c}, 0) and (0, {b % 20 + 1}). Find its area."
+    if kind == 10:
+        return f"Solve the system: x + y = {a + b}, x - y = {a - b}. Show your work."
+    if kind == 11:
+        return f"What is the sum of the integers from 1 to {a + 10}? Explain the formula you use."
+    if kind == 12:
+        return f"${a * 100} is invested at {c}% annual interest, compounded yearly. How much is there after 3 years?"
+    return f"Find the next two numbers in the sequence {c}, {2 * c}, {4 * c}, {8 * c}, ... and explain the rule."
+
+
+def _extract_passage(r: random.Random) -> str:
+    name, other = r.sample(NAMES, 2)
+    return (f"{name} founded {r.choice(COMPANIES)} in {r.randint(1985, 2022)} in {r.choice(CITIES)}. "
+            f"The company makes {r.choice(PRODUCTS)} and employs {r.randint(12, 4000)} people. "
+            f"In {r.randint(2015, 2025)} it opened an office in {r.choice(CITIES)}, led by {other}, "
+            f"and its revenue grew by {r.randint(3, 60)}%.")
+
+
+def _reasoning_problem(r: random.Random) -> str:
+    a, b, c = r.sample(REASON_NAMES, 3)
+    kind = r.randrange(6)
+    if kind == 0:
+        return f"{a} is taller than {b}. {b} is taller than {c}. Who is the shortest? Explain your reasoning."
+    if kind == 1:
+        d, n = r.choice(DAYS), r.randint(2, 40)
+        return f"Today is {d}. What day of the week will it be in {n} days? Think step by step."
+    if kind == 2:
+        n = r.randint(3, 9)
+        return f"{a} has {n} siblings and every sibling has the same number of brothers. Is that possible? Explain."
+    if kind == 3:
+        return (f"{a}, {b} and {c} each own a different pet: a cat, a dog and a parrot. {a} does not own the cat. "
+                f"{b} owns the parrot. Who owns which pet?")
+    if kind == 4:
+        x = r.randint(2, 9)
+        return (f"If {x} machines make {x} widgets in {x} minutes, how long do {x * 10} machines take "
+                f"to make {x * 10} widgets?")
+    return (f"A bat and a ball cost ${r.randint(2, 9)}.10 in total. The bat costs $1.00 more than the ball. "
+            f"How much does the ball cost? Explain.")
 
 
 def _one(r: random.Random):
@@ -244,6 +338,14 @@ def _one(r: random.Random):
         text = r.choice(REWRITE_TEMPLATES).format(s=r.choice(SENTENCES))
     elif cat == "brainstorm":
         text = f"Give me {r.randint(3, 10)} {r.choice(BRAINSTORM)}."
+    elif cat == "roleplay":
+        text = r.choice(ROLE_TEMPLATES).format(p=r.choice(PERSONAS), task=r.choice(ROLE_TASKS))
+    elif cat == "extract":
+        text = f"{_extract_passage(r)}\n\n{r.choice(EXTRACT_TASKS)}"
+    elif cat == "reason":
+        text = _reasoning_problem(r)
+    elif cat == "essay":
+        text = r.choice(ESSAY_TEMPLATES).format(t=r.choice(TOPICS))
     else:
         return r.choice(RAW_OPENERS).format(
             s=r.choice(SUBJECTS), t=r.choice(TOPICS), fn=r.choice(FUNCTION_NAMES),
@@ -263,19 +365,20 @@ def build_prompts(n: int, seed: int = 0) -> list:
     """``n`` prompts, distinct while the generator finds new ones (it can make many thousands)."""
     r = random.Random(seed)
     out, seen = [], set()
-    misses = 0
+    misses = 0                         # draws in a row that found only repeats
     while len(out) < n:
         p = _one(r)
         key = _text_of(p)
-        if key in seen and misses < 1000:
+        if key in seen and misses < 200:
             misses += 1
             continue
+        misses = 0
         seen.add(key)
         out.append(p)
     return out
 
 
-MAX_UNIQUE_PROMPTS = 20000
+MAX_UNIQUE_PROMPTS = 60000
 
 
 def unique_prompts(samples: int, seed: int = 0) -> list:

@@ -48,10 +48,10 @@ import torch.nn.functional as F
 
 from pymtp.errors import PymtpError
 
-from .data import Dataset, GenConfig, corpus_dataset, generate_dataset
+from .data import Dataset, GenConfig, corpus_dataset, default_cache_dir, generate_dataset, held_out_prompts
 from .gguf_weights import load_base
 from .torch_model import BaseModel, MTPHead, rope_tables
-from .writer import write_head_gguf
+from .writer import copy_gguf, write_head_gguf
 
 CKPT_VERSION = 1
 BF16_TRUNK_PARAMS = 4e9          # larger bases run their (frozen) trunk in bf16 on CUDA
@@ -97,6 +97,9 @@ class GraftJob:
     gen_batch: int = 0                # 0: 32 on CPU, 256 on CUDA
     progress: bool = True
     tokenizer: object = None          # an open Tokenizer (the CLI opens it before torch loads)
+    check_prompts: int = 24           # held-out prompts the written head is measured on (0: none)
+    draft_vocab: int = 0              # > 0: trim the head to this many tokens (pymtp.graft.trim)
+    check_tokens: int = 128           # tokens generated per prompt for that
 
     @property
     def ckpt_path(self) -> Path:
@@ -377,7 +380,7 @@ def graft(job: GraftJob, log=None) -> dict:
     device = _setup_torch(cfg)
     base_g, base, head_inits = _build_models(job, device, log)
     n_heads = len(head_inits)
-    data, summary, t_data = _prepare_data(job, base, base_g, device, log)
+    data, summary, t_data, eog_ids = _prepare_data(job, base, base_g, device, log)
 
     t0 = time.time()
     hid = Hiddens(base, data, cfg.seq_len, cfg.cache_gb, device, job.progress, log, cfg.loss_positions)
@@ -397,6 +400,8 @@ def graft(job: GraftJob, log=None) -> dict:
                   (state.history["train"][-1]["loss"] if state.history["train"] else None))
     per_head = _write_head(job, base_g, head, n_heads, state.step, final_val, final_loss, summary)
     log(f"wrote {job.out}")
+    draft_vocab = _trim(job, data, base_g.hparams.n_vocab, eog_ids, log) if job.draft_vocab else None
+    acceptance = _check_acceptance(job, base_g, head, n_heads, state.step, final_val, final_loss, summary, log)
     report = {
         "base": {"path": str(job.base), "sha256": base_g.sha256, "hparams": base_g.hparams.to_dict()},
         "head": {"path": str(job.out), "type": job.head_type, "n_heads": n_heads,
@@ -407,6 +412,9 @@ def graft(job: GraftJob, log=None) -> dict:
         "final": {"step": state.step, "train_loss_ema": final_loss, "val": final_val},
         # validation top-1 agreement with the trunk of each head (heads > 1; = per_step[j]["agree"])
         "val_top1_per_head": per_head if n_heads > 1 else None,
+        # the written head through the native engine on held-out prompts (None: --check-prompts 0)
+        "acceptance": acceptance,
+        "draft_vocab": draft_vocab,
         "history": state.history,
         "wall_s": {"data": t_data, "hidden_cache": t_hidden, "train": t_train, "total": time.time() - t_start},
         "train_tokens_per_s": (state.n_tok_run / max(time.time() - state.t_run0, 1e-9)) if state.n_tok_run else None,
@@ -464,13 +472,15 @@ def _build_models(job: GraftJob, device: torch.device, log):
 
 def _prepare_data(job: GraftJob, base: BaseModel, base_g, device: torch.device, log):
     """The training data (text the base writes itself and/or corpus files): (data set, its
-    summary, seconds taken). Raises PymtpError when nothing is left to train on."""
+    summary, seconds taken, the base's end-of-generation token ids). Raises PymtpError when
+    nothing is left to train on."""
     from .tokenizer import Tokenizer
 
     cfg, gcfg = job.train, job.gen
     cache_dir = Path(job.data_cache) if job.data_cache else default_cache_dir()
     t0 = time.time()
     with (job.tokenizer or Tokenizer(job.base)) as tok:
+        eog_ids = list(tok.eog_ids)
         parts = []
         if gcfg.samples > 0:
             gen_batch = job.gen_batch or auto_gen_batch(base, gcfg, device)
@@ -485,7 +495,7 @@ def _prepare_data(job: GraftJob, base: BaseModel, base_g, device: torch.device, 
         f"{summary['tokens']} tokens ({t_data:.0f} s)")
     if summary["train_sequences"] == 0:
         raise PymtpError("no training sequences (all data is held out): use more --samples")
-    return data, summary, t_data
+    return data, summary, t_data, eog_ids
 
 
 def _head_and_optimizer(head_inits: list, cfg: TrainConfig, device: torch.device):
@@ -643,9 +653,11 @@ def _val_message(v: dict, step: int, n_heads: int) -> str:
 
 
 def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val: dict | None,
-                final_loss: float | None, summary: dict) -> list[float]:
-    """Write the trained head(s) as a head-only GGUF with the run's provenance; returns each
-    head's final validation top-1 agreement."""
+                final_loss: float | None, summary: dict, out: Path | None = None, head_type: str | None = None,
+                extra: dict | None = None) -> list[float]:
+    """Write the trained head(s) as a head-only GGUF with the run's provenance (to ``out``,
+    default job.out, as ``head_type``, default job.head_type, with ``extra`` provenance keys);
+    returns each head's final validation top-1 agreement."""
     cfg, hp = job.train, base_g.hparams
     provenance = {
         "version": 1,
@@ -657,6 +669,7 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
         "init": cfg.init,
         "chain": int(cfg.chain),
         "train_tokens": int(summary["train_tokens"]),
+        **(extra or {}),
     }
     heads = [head] if n_heads == 1 else list(head)
     per_head = [float(st["agree"]) for st in final_val["per_step"]] if final_val else []
@@ -670,9 +683,63 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
     name = f"{hp.name or job.base.stem} MTP head (pymtp graft)"
     if n_heads > 1:
         name = f"{hp.name or job.base.stem} MTP heads x{n_heads} (pymtp graft)"
-    write_head_gguf(job.out, hp.arch, hp.n_layer, hp.n_embd, tensors, name=name, head_type=job.head_type,
-                    provenance=provenance, n_heads=n_heads)
+    write_head_gguf(out or job.out, hp.arch, hp.n_layer, hp.n_embd, tensors, name=name,
+                    head_type=head_type or job.head_type, provenance=provenance, n_heads=n_heads)
     return per_head
+
+
+def _trim(job: GraftJob, data: Dataset, n_vocab: int, eog_ids: list, log) -> dict:
+    """Give the written head a draft vocabulary of the job.draft_vocab tokens the base emits most
+    in the training data (generated parts); returns its size and held-out coverage."""
+    from . import trim
+
+    ids = trim.choose(trim.generated_counts(data, n_vocab), job.draft_vocab, always=eog_ids)
+    held = trim.generated_counts(data, n_vocab, val=True)
+    cov = trim.coverage(held, ids)
+    trim.trim_head(job.out, job.base, ids, job.out, extra_provenance={"draft_vocab_coverage": cov})
+    log(f"draft vocabulary: {len(ids)} of {n_vocab} tokens, {cov:.1%} of the held-out generated tokens")
+    return {"n": int(len(ids)), "held_out_coverage": cov}
+
+
+def _check_acceptance(job: GraftJob, base_g, head, n_heads: int, step: int, final_val, final_loss,
+                      summary: dict, log) -> dict | None:
+    """Measure the written head through the native engine (greedy, draft length max(3, heads))
+    on held-out prompts, record the result in the head (pymtp.graft.acceptance) and return it
+    for the report. A quantized head is compared with its f16 original on the same prompts, and
+    a loss of acceptance is reported (quantized heads can silently stop accepting)."""
+    from . import acceptance as acc_mod
+
+    prompts = held_out_prompts(job.gen, job.check_prompts) if job.check_prompts > 0 and job.gen.samples else []
+    if not prompts:
+        return None
+    k = max(3, n_heads)
+    t0 = time.time()
+
+    def measure(path):
+        return acc_mod.measure(job.base, path, prompts, k=k, max_tokens=job.check_tokens)
+
+    try:
+        a = measure(job.out)
+        result = {"k": k, "max_tokens": job.check_tokens, **a.to_dict()}
+        if job.head_type != "f16":
+            f16 = job.out.with_name(job.out.name + ".f16-check.gguf")
+            try:
+                _write_head(job, base_g, head, n_heads, step, final_val, final_loss, summary, out=f16, head_type="f16")
+                ref = measure(f16)
+            finally:
+                f16.unlink(missing_ok=True)
+            result["f16"] = ref.to_dict()
+            loss = ref.per_position[0] - a.per_position[0]
+            result["quantization_loss"] = loss
+            if loss > acc_mod.QUANT_LOSS_WARN:
+                log(f"warning: the {job.head_type} head accepts {loss:.3f} less at draft position 1 than its "
+                    f"f16 original ({a.per_position[0]:.3f} vs {ref.per_position[0]:.3f}): write it with --type f16")
+    except PymtpError as e:
+        log(f"acceptance check skipped: {e}")
+        return None
+    copy_gguf(job.out, job.out, provenance=acc_mod.provenance(a))
+    log(f"held-out acceptance (native engine, greedy, k={k}): {a.line()} [{time.time() - t0:.0f} s]")
+    return result
 
 
 def _heads_note(v: dict, n_heads: int) -> str:
@@ -692,12 +759,3 @@ def auto_gen_batch(base: BaseModel, gcfg: GenConfig, device) -> int:
     t_max = 128 + gcfg.gen_tokens                      # built-in prompts are short
     per_seq = 2 * hp.n_layer * hp.n_head_kv * hp.head_dim * t_max * elem + 8 * hp.n_vocab * 4
     return int(max(8, min(1024, 0.3 * free // per_seq)))
-
-
-def default_cache_dir() -> Path:
-    """$PYMTP_CACHE_DIR/graft (or ~/.cache/pymtp/graft)."""
-    try:
-        from pymtp.default_model import cache_root
-    except ImportError:  # older layout
-        return Path(os.environ.get("PYMTP_CACHE_DIR") or Path.home() / ".cache" / "pymtp").expanduser() / "graft"
-    return cache_root() / "graft"

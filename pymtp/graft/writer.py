@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from pymtp.errors import PymtpError
+from pymtp.gguf_meta import GRAFT_PREFIX as PROVENANCE_PREFIX
 
 HEAD_TYPES = ("f16", "q8_0")
-PROVENANCE_PREFIX = "pymtp.graft."
 
 
 def _kv_type(value):
@@ -143,6 +143,48 @@ def merge_head(base, head, out) -> Path:
             gw.write_tensor_data(t.data, tensor_endianess=rb.endianess)
         for t in rh.tensors:
             gw.write_tensor_data(t.data, tensor_endianess=rh.endianess)
+    finally:
+        gw.close()
+    os.replace(tmp, out)
+    return out
+
+
+def copy_gguf(src, out, *, provenance: dict | None = None, drop_provenance=(), tensors: dict | None = None) -> Path:
+    """Write ``out`` (may be ``src`` itself) as a copy of the GGUF ``src``: every key but the
+    provenance keys named in ``drop_provenance``, then ``provenance`` (pymtp.graft.* keys, set or
+    replaced), every tensor as stored except those in ``tensors`` ({name: (numpy array, ggml type
+    or None for f32/i32 arrays)}), which replace or add tensors."""
+    import gguf
+
+    src, out = Path(src), Path(out)
+    r = gguf.GGUFReader(str(src))
+    arch = r.get_field(gguf.Keys.General.ARCHITECTURE).contents()
+    provenance = {k: v for k, v in (provenance or {}).items() if v is not None}
+    skip = {PROVENANCE_PREFIX + k for k in (*drop_provenance, *provenance)}
+    tensors = tensors or {}
+    tmp = _atomic_target(out)
+    gw = gguf.GGUFWriter(str(tmp), arch, endianess=r.endianess)
+    try:
+        for f in r.fields.values():
+            if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF.") or f.name in skip:
+                continue
+            vtype = f.types[0]
+            sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            gw.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
+        for key, value in provenance.items():
+            gw.add_key_value(PROVENANCE_PREFIX + key, value, _kv_type(value))
+        rows = [(t.name, np.asarray(t.data), t.tensor_type) for t in r.tensors if t.name not in tensors]
+        for name, (arr, qtype) in tensors.items():
+            if qtype is None:
+                qtype = gguf.GGMLQuantizationType.I32 if arr.dtype == np.int32 else gguf.GGMLQuantizationType.F32
+            rows.append((name, arr, qtype))
+        for name, arr, qtype in rows:
+            gw.add_tensor_info(name, arr.shape, arr.dtype, arr.nbytes, raw_dtype=qtype)
+        gw.write_header_to_file()
+        gw.write_kv_data_to_file()
+        gw.write_ti_data_to_file()
+        for _, arr, _ in rows:
+            gw.write_tensor_data(arr, tensor_endianess=r.endianess)
     finally:
         gw.close()
     os.replace(tmp, out)

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Train the built-in model's single MTP head with a given recipe on the device GPU, as a daemon
+# that outlives the calls (issue 17): no CUDA build of pymtp is needed, only PyTorch (the box has
+# it), pymtp's Python sources from this tree, a CPU libllama for the tokenizer and the gguf wheel.
+#
+# The built-in model (98 MB) travels in two parts, so it takes at least two calls; keep each next
+# call within ~30 s of the previous one (a machine left idle goes back, with the run):
+#
+#   call 1  carry [".dev/graft/smol.part1", ".dev/graft/lib", ".dev/graft/gguf-0.19.0-py3-none-any.whl"]
+#           STEP=store bash bench/device/graft_recipe.sh
+#   call 2  carry [".dev/graft/smol.part2", ".dev/graft/smol.sha256"]
+#           STEP=start GRAFT_ARGS="--samples 40000 ..." bash bench/device/graft_recipe.sh
+#   call 3+ carry []   STEP=wait bash bench/device/graft_recipe.sh   (until it prints "graft: exit")
+#
+# Fill .dev/graft on the dev machine first (network):
+#   m=~/.cache/pymtp/models/SmolLM2-135M-Instruct.Q4_1.gguf
+#   head -c 45000000 $m > .dev/graft/smol.part1; tail -c +45000001 $m > .dev/graft/smol.part2
+#   sha256sum $m | cut -d' ' -f1 > .dev/graft/smol.sha256
+#   mkdir -p .dev/graft/lib; lib="$(cd /tmp && python3 -c 'import pymtp, os; print(os.path.dirname(pymtp.__file__))')/lib"
+#   cp -L $lib/libllama.so $lib/libggml.so.0 $lib/libggml-base.so.0 $lib/libggml-cpu.so.0 $lib/libggml-rpc.so.0 .dev/graft/lib/
+#   python3 -m pip download --no-deps -d .dev/graft gguf==0.19.0
+# STEP=wait waits up to WAIT_S (default 560) s and copies the report, the log and the head to $OUT
+# once the run has ended.
+set -uo pipefail
+W=/tmp/graft-recipe                  # everything the daemon uses lives here, outside the work tree
+mkdir -p $W
+case "${STEP:-}" in
+store)
+    cp .dev/graft/smol.part1 $W/smol.gguf.part
+    rm -rf $W/lib && cp -r .dev/graft/lib $W/lib
+    python3 -m pip install -q --no-index --no-deps --target $W/site .dev/graft/gguf-*.whl || exit 1
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch, tqdm, jinja2; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
+    ls -la $W
+    ;;
+start)
+    [ -f $W/smol.gguf.part ] || { echo "graft_recipe.sh: run STEP=store first (machine went cold?)" >&2; exit 1; }
+    cat .dev/graft/smol.part2 >> $W/smol.gguf.part
+    echo "$(cat .dev/graft/smol.sha256)  $W/smol.gguf.part" | sha256sum -c - || exit 1
+    mv $W/smol.gguf.part $W/smol.gguf
+    rm -rf $W/src && mkdir -p $W/src && cp -r pymtp $W/src/
+    git rev-parse --short HEAD > $W/commit 2>/dev/null || true
+    cat > $W/run.sh <<EOF
+cd $W
+export PYTHONPATH=$W/src:$W/site PYMTP_LIB_DIR=$W/lib PYMTP_CACHE_DIR=$W/cache PYTHONUNBUFFERED=1
+t0=\$(date +%s)
+python3 -m pymtp.cli.main graft $W/smol.gguf -o $W/head.gguf --report $W/report.json --quiet ${GRAFT_ARGS:-}
+echo "graft: exit \$?, wall \$(( \$(date +%s) - t0 )) s"
+EOF
+    setsid nohup bash $W/run.sh > $W/log 2>&1 < /dev/null &
+    echo "started: GRAFT_ARGS=${GRAFT_ARGS:-}"
+    sleep "${WAIT_S:-540}"; tail -5 $W/log
+    ;;
+wait)
+    end=$(( $(date +%s) + ${WAIT_S:-560} ))
+    while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^graft: exit' $W/log; do sleep 10; done
+    tail -8 $W/log
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+    if grep -q '^graft: exit' $W/log; then
+        cp $W/log "$OUT/graft.log"; cp $W/report.json "$OUT/" 2>/dev/null; cp $W/head.gguf "$OUT/" 2>/dev/null
+        ls -la "$OUT"
+    fi
+    ;;
+*) echo "graft_recipe.sh: STEP=store|start|wait" >&2; exit 2 ;;
+esac

@@ -1,0 +1,153 @@
+"""Draft-vocabulary trimming: the MTP head scores only the N tokens the base model itself uses most,
+instead of the whole vocabulary. The head's LM head is most of a draft step's cost on small models
+(SmolLM2: 576 x 49152 of a ~33M multiply-add step), and the draft step is paid k times per step.
+
+What is written (native/models/dense-mtp.cpp reads it), for each MTP block L of the head file:
+  blk.L.nextn.shared_head_head.weight  the chosen N rows of the base's LM head, as stored (same
+                                       quantization, bit-identical rows), then one zero row
+  blk.L.nextn.shared_head_head.bias    f32 [N + 1]: 0, and -inf on the zero row
+  blk.L.nextn.embed_tokens.t2d         i32 [n_vocab]: token id -> its row (N for every other token)
+The graph scatters the N + 1 scores back to the whole vocabulary, so a token outside the draft
+vocabulary has logit -inf: it is never drafted, and every sampler, q and the engine see ordinary
+logits. Exactness is untouched (docs/engine.md): greedy verification compares with the target's own
+choice, and rejection sampling is exact for any draft distribution q, q = 0 outside the subset
+included (the residual max(0, p - q) keeps all of p's mass there).
+
+The tokens are chosen by how often the base emits them in its own generated text (the
+self-distillation data of `pymtp graft`, or text the engine generates here), plus the
+end-of-generation tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from pymtp.errors import PymtpError
+
+from .acceptance import RECORDED_ACCEPTANCE
+from .writer import copy_gguf
+
+HEAD_NAME = "blk.{}.nextn.shared_head_head.weight"
+BIAS_NAME = "blk.{}.nextn.shared_head_head.bias"
+T2D_NAME = "blk.{}.nextn.embed_tokens.t2d"
+
+
+def generated_counts(data, n_vocab: int, val: bool = False) -> np.ndarray:
+    """How often each token occurs in the generated part of a graft Dataset's train (or val)
+    sequences (corpus text counts whole)."""
+    counts = np.zeros(n_vocab, np.int64)
+    for i in data.indices(val):
+        seq = data.seq(int(i))[int(data.n_prompt[i]):]
+        counts += np.bincount(seq[seq < n_vocab], minlength=n_vocab)
+    return counts
+
+
+def choose(counts: np.ndarray, n: int, always=()) -> np.ndarray:
+    """The ``n`` token ids to keep, ascending: ``always`` first, then the most counted."""
+    n_vocab = len(counts)
+    if not 1 <= n < n_vocab:
+        raise PymtpError(f"the draft vocabulary must have 1..{n_vocab - 1} tokens (got {n})")
+    keep = list(dict.fromkeys(int(t) for t in always if 0 <= int(t) < n_vocab))[:n]
+    chosen = set(keep)
+    for t in np.argsort(-counts, kind="stable"):
+        if len(keep) >= n:
+            break
+        if int(t) not in chosen:
+            keep.append(int(t))
+            chosen.add(int(t))
+    return np.array(sorted(keep), dtype=np.int64)
+
+
+def coverage(counts: np.ndarray, ids: np.ndarray) -> float:
+    """Share of the counted tokens inside the draft vocabulary (1.0 when nothing was counted)."""
+    total = counts.sum()
+    return float(counts[ids].sum() / total) if total else 1.0
+
+
+def _field(reader, key):
+    f = reader.get_field(key)
+    return None if f is None else f.contents()
+
+
+def _lm_head(head_reader, base_reader, layer: int):
+    """The full-vocabulary LM head the draft rows come from: the head's own, else the base's
+    output (or, tied, its token embeddings)."""
+    by_name = {t.name: t for t in head_reader.tensors}
+    own = by_name.get(HEAD_NAME.format(layer))
+    if own is not None:
+        return own
+    base = {t.name: t for t in base_reader.tensors}
+    for name in ("output.weight", "token_embd.weight"):
+        if name in base:
+            return base[name]
+    raise PymtpError("the base model has neither output.weight nor token_embd.weight")
+
+
+def trim_head(head, base, ids: np.ndarray, out, *, extra_provenance: dict | None = None) -> Path:
+    """Write ``out``: the head-only GGUF ``head`` (of the dense base ``base``) with a draft
+    vocabulary of the token ids ``ids`` in each of its MTP blocks."""
+    import gguf
+
+    head, base, out = Path(head), Path(base), Path(out)
+    rh, rb = gguf.GGUFReader(str(head)), gguf.GGUFReader(str(base))
+    arch = _field(rh, "general.architecture")
+    if _field(rb, "general.architecture") != arch:
+        raise PymtpError(f"the head is for '{arch}', the base is '{_field(rb, 'general.architecture')}'")
+    n_heads = int(_field(rh, f"{arch}.nextn_predict_layers") or 0)
+    if n_heads <= 0:
+        raise PymtpError(f"{head} has no MTP layers ({arch}.nextn_predict_layers)")
+    n_layer = int(_field(rh, f"{arch}.block_count")) - n_heads
+    if any(t.name.endswith(".t2d") for t in rh.tensors):
+        raise PymtpError(f"{head} already has a draft vocabulary; trim the untrimmed head instead")
+    layers = range(n_layer, n_layer + n_heads)
+    ids = np.asarray(ids, dtype=np.int64)
+
+    new = {}
+    for L in layers:
+        src = _lm_head(rh, rb, L)
+        n_vocab = int(src.shape[1])
+        if len(ids) >= n_vocab or ids.min() < 0 or ids.max() >= n_vocab:
+            raise PymtpError(f"draft vocabulary ids must be < {n_vocab} and fewer than {n_vocab}")
+        rows = np.asarray(src.data)[ids]
+        rows = np.concatenate([rows, np.zeros_like(rows[:1])])           # the zero row: all-zero blocks
+        bias = np.zeros(len(ids) + 1, np.float32)
+        bias[-1] = -np.inf
+        t2d = np.full(n_vocab, len(ids), np.int32)
+        t2d[ids] = np.arange(len(ids), dtype=np.int32)
+        new[HEAD_NAME.format(L)] = (rows, src.tensor_type)
+        new[BIAS_NAME.format(L)] = (bias, None)
+        new[T2D_NAME.format(L)] = (t2d, None)
+
+    # the measured acceptance was the untrimmed head's: it no longer applies
+    return copy_gguf(head, out, provenance={"draft_vocab": int(len(ids)), **(extra_provenance or {})},
+                     drop_provenance=RECORDED_ACCEPTANCE, tensors=new)
+
+
+def load_counts(path) -> np.ndarray:
+    """Token counts saved by `pymtp trim --save-counts` (npz with 'train', or .npy)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".npz":
+            with np.load(path) as z:
+                return np.asarray(z["train"], np.int64)
+        return np.asarray(np.load(path), np.int64)
+    except (OSError, KeyError, ValueError) as e:
+        raise PymtpError(f"cannot read token counts from {path}: {e}") from e
+
+
+def cached_graft_data(base_sha256: str, cache_dir) -> Path | None:
+    """The newest data set `pymtp graft` generated for this base, if one is cached."""
+    root = Path(cache_dir)
+    found = []
+    for cfg in root.glob("gen-*/config.json"):
+        try:
+            meta = json.loads(cfg.read_text())
+        except (OSError, ValueError):
+            continue
+        data = cfg.parent / "data.npz"
+        if meta.get("base_sha256") == base_sha256 and data.is_file():
+            found.append(data)
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
