@@ -11,13 +11,16 @@
 # T=0 and T=0.7; then the realistic qwen35 27B shape with the field's six per-position rates, fixed
 # k=1..6 vs auto. Results land in $OUT (bench-*.txt/json). Knobs: LIMIT (16), NPRED (256),
 # RLIMIT (8), RNPRED (128), SKIP_REALISTIC (0), RUNS ("smol-t0 smol-t07 27b": which benches, in
-# order), GRAPH_AB (0; 1 runs each bench first with patch 0011's CUDA graph key off).
+# order; "heads" benches every head carried in .dev/heads/ at T=0 and T=0.7), GRAPH_AB (0; 1 runs
+# each bench first with patch 0011's CUDA graph key off).
 set -uo pipefail
 OUT=${OUT:-/tmp/pymtp-out}
 mkdir -p "$OUT" /tmp/smol-parts
 t0=$(date +%s)
 say() { echo "[adaptive +$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt"; }
 for f in .dev/smol/smol.part* .dev/smol/smol.sha256; do [ -f "$f" ] && cp "$f" /tmp/smol-parts/; done
+# heads to compare with the shipped one (RUNS=heads): every call stores the .dev/heads/*.gguf it carries
+mkdir -p /tmp/heads && for f in .dev/heads/*.gguf; do [ -f "$f" ] && cp "$f" /tmp/heads/; done
 export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
 mkdir -p $PYMTP_CACHE_DIR/models $PYMTP_CACHE_DIR/data
 
@@ -77,6 +80,12 @@ for run in ${RUNS:-smol-t0 smol-t07 27b}; do
     case $run in
     smol-t0) bench smollm2-h100-t0 "${smol_args[@]}" ;;
     smol-t07) bench smollm2-h100-t07 "${smol_args[@]}" --temp 0.7 ;;
+    heads)   # each carried head next to MTP off, T=0 and T=0.7 (same prompts and settings as smol-*)
+        for h in /tmp/heads/*.gguf; do
+            n=$(basename "$h" .gguf)
+            bench "smollm2-h100-$n-t0" "${smol_args[@]}" --mtp-head "$h"
+            bench "smollm2-h100-$n-t07" "${smol_args[@]}" --mtp-head "$h" --temp 0.7
+        done ;;
     27b)
         [ "${SKIP_REALISTIC:-0}" = 1 ] && continue
         bench qwen35-27b-h100-six-rates $m --prompts mtbench --limit "${RLIMIT:-8}" -n "${RNPRED:-128}" \
