@@ -520,8 +520,9 @@ def test_trimmed_head_scores_only_its_draft_vocabulary(grafted, tiny_llama, tmp_
     r = gguf.GGUFReader(str(trimmed))
     shapes = {t.name: [int(x) for x in t.shape] for t in r.tensors}
     L = N_LAYER
-    assert shapes[f"blk.{L}.nextn.shared_head_head.weight"] == [D, len(keep) + 1]
-    assert shapes[f"blk.{L}.nextn.embed_tokens.t2d"] == [n_vocab]
+    assert shapes[f"blk.{L}.nextn.shared_head_head.weight"] == [D, len(keep)]
+    d2t = {t.name: t for t in r.tensors}[f"blk.{L}.nextn.embed_tokens.d2t"]
+    assert d2t.tensor_type == gguf.GGMLQuantizationType.I32 and d2t.data.tolist() == keep.tolist()
     assert r.get_field("pymtp.graft.draft_vocab").contents() == len(keep)
     assert r.get_field("pymtp.graft.acceptance") is None          # measured on the untrimmed head only
 

@@ -15,9 +15,9 @@
 //     t_h_nextn = out                                (fed to the next draft step)
 //     logits = (nextn.shared_head_head, else output [+ output.bias]) . out
 //              (gemma3: the model's final logit softcap when it has one)
-//     draft vocabulary (pymtp trim): shared_head_head has N + 1 rows (the N most used tokens, then a
-//     zero row), shared_head_head.bias is -inf on the last row, embed_tokens.t2d maps each token id
-//     to its row (N for the others); the logits come back over the whole vocabulary, -inf outside
+//     draft vocabulary (pymtp trim): shared_head_head has N rows (the N most used tokens) and
+//     embed_tokens.d2t maps row i to its token id; the logits come back over the whole vocabulary,
+//     -inf outside
 //   all norms: eps = the model's RMS eps; weights used as stored (like the trunk).
 
 #include "models/models.h" // upstream src/ is on the llama target's include path
@@ -86,16 +86,14 @@ void llama_dense_mtp_load_tensors(llama_model_base & m, llama_model_loader & ml)
         layer.nextn.hnorm = m.create_tensor(tn(LLM_TENSOR_NEXTN_HNORM, "weight", il), { n_embd }, flags);
         layer.nextn.shared_head_norm =
             m.create_tensor(tn(LLM_TENSOR_NEXTN_SHARED_HEAD_NORM, "weight", il), { n_embd }, opt);
-        // the head's own LM head: the whole vocabulary, or a draft vocabulary of n_draft_vocab rows (+ one
-        // zero row) with its bias (-inf on that row) and the map t2d: token id -> row (the zero row for
-        // tokens outside the draft vocabulary); see the graph below
-        const auto    head_name = tn(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, "weight", il);
-        const auto *  head_meta = ml.get_tensor_meta(head_name.str().c_str());
-        const int64_t n_rows    = head_meta ? head_meta->ne[1] : n_vocab;
+        // the head's own LM head: the whole vocabulary, or a draft vocabulary of N rows with the map d2t:
+        // row -> token id (see the graph below)
+        const auto    head_name      = tn(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, "weight", il);
+        const auto *  head_meta      = ml.get_tensor_meta(head_name.str().c_str());
+        const int64_t n_rows         = head_meta ? head_meta->ne[1] : n_vocab;
         layer.nextn.shared_head_head = m.create_tensor(head_name, { n_embd, n_rows }, opt);
         if (n_rows != n_vocab) {
-            m.create_tensor(tn(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, "bias", il), { n_rows }, flags);
-            m.create_tensor(tn(LLM_TENSOR_NEXTN_EMBED_TOKENS, "t2d", il), { n_vocab }, flags);
+            m.create_tensor(tn(LLM_TENSOR_NEXTN_EMBED_TOKENS, "d2t", il), { n_rows }, flags);
         }
         layer.nextn.embed_tokens =
             m.create_tensor(tn(LLM_TENSOR_NEXTN_EMBED_TOKENS, "weight", il), { n_embd, n_vocab }, opt);
@@ -104,24 +102,28 @@ void llama_dense_mtp_load_tensors(llama_model_base & m, llama_model_loader & ml)
 
 namespace {
 
-// The draft-vocabulary head's logits [n_rows, n_out] (row n_rows - 1 scores 0: a zero row of the head)
-// become whole-vocabulary logits [n_vocab, n_out]: + bias (-inf on that last row), then each token
-// takes its row through t2d (tokens outside the draft vocabulary take the last, -inf, row).
+// The draft-vocabulary head's logits [N, n_out] become whole-vocabulary logits [n_vocab, n_out]: -inf
+// everywhere, then row d2t[i] takes score i (set_rows: one thread per score on CUDA, where a gather by
+// token, one block per vocabulary entry, cost more than the smaller LM head saved).
 ggml_tensor * scatter_draft_vocab(ggml_context * ctx, const llama_model & model, int il, ggml_tensor * logits) {
-    const LLM_TN  tn(model.arch);
-    const auto    bias_name = tn(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, "bias", il).str();
-    const auto    t2d_name  = tn(LLM_TENSOR_NEXTN_EMBED_TOKENS, "t2d", il).str();
-    ggml_tensor * bias      = const_cast<ggml_tensor *>(model.get_tensor(bias_name.c_str()));
-    ggml_tensor * t2d       = const_cast<ggml_tensor *>(model.get_tensor(t2d_name.c_str()));
-    GGML_ASSERT(bias && t2d && "dense MTP graph: a draft-vocabulary head needs its bias and t2d tensors");
+    const auto    d2t_name = LLM_TN(model.arch)(LLM_TENSOR_NEXTN_EMBED_TOKENS, "d2t", il).str();
+    ggml_tensor * d2t      = const_cast<ggml_tensor *>(model.get_tensor(d2t_name.c_str()));
+    GGML_ASSERT(d2t && "dense MTP graph: a draft-vocabulary head needs its d2t tensor");
 
-    const int64_t n_rows = logits->ne[0];
-    const int64_t n_out  = logits->ne[1];
-    logits               = ggml_add(ctx, logits, bias);
-    // rows of [n_out, n_rows] are the rows of the head; gather them by token, then back to [n_vocab, n_out]
-    ggml_tensor * by_row = n_out == 1 ? ggml_reshape_2d(ctx, logits, 1, n_rows) : ggml_cont(ctx, ggml_transpose(ctx, logits));
-    ggml_tensor * by_tok = ggml_get_rows(ctx, by_row, t2d);
-    return n_out == 1 ? ggml_reshape_2d(ctx, by_tok, by_tok->ne[1], 1) : ggml_cont(ctx, ggml_transpose(ctx, by_tok));
+    const int64_t n_vocab = model.vocab.n_tokens();
+    const int64_t n_rows  = logits->ne[0];
+    const int64_t n_out   = logits->ne[1];
+    if (n_out == 0) { // a decode without outputs (and the graph reserve for one)
+        return ggml_reshape_2d(ctx, logits, n_vocab, 0);
+    }
+    // [n_out, n_vocab] of -inf (arange only gives the shape; fill overwrites it)
+    ggml_tensor * full = ggml_arange(ctx, 0.0f, (float) (n_vocab * n_out), 1.0f);
+    full               = ggml_fill_inplace(ctx, ggml_reshape_2d(ctx, full, n_out, n_vocab), -INFINITY);
+    // rows of [n_out, N] are the draft vocabulary's scores; row i goes to token d2t[i]
+    ggml_tensor * rows =
+        n_out == 1 ? ggml_reshape_2d(ctx, logits, 1, n_rows) : ggml_cont(ctx, ggml_transpose(ctx, logits));
+    full = ggml_set_rows(ctx, full, rows, d2t);
+    return n_out == 1 ? ggml_reshape_2d(ctx, full, n_vocab, 1) : ggml_cont(ctx, ggml_transpose(ctx, full));
 }
 
 } // namespace
@@ -310,7 +312,7 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
         cur = ggml_tanh(ctx0, cur);
         cur = ggml_scale(ctx0, cur, hparams.f_final_logit_softcapping);
     }
-    // A draft vocabulary (pymtp trim): the head scored only its rows; scatter them back to the whole
+    // A draft vocabulary (pymtp trim): the head scored only its rows; scatter them to the whole
     // vocabulary, -inf for every other token, so samplers, q and the engine see ordinary logits
     if (own_head && head_w->ne[1] != (int64_t) model.vocab.n_tokens()) {
         cur = scatter_draft_vocab(ctx0, model, il, cur);

@@ -175,10 +175,8 @@ def run(args: argparse.Namespace) -> int:
     trim.trim_head(head_path, base, ids, out, extra_provenance=extra)
     print(line)
     if args.check_prompts:
-        from pymtp.graft.acceptance import measure
+        from pymtp.graft.acceptance import measure, provenance
         from pymtp.graft.data import GenConfig, held_out_prompts
-
-        from pymtp.graft.acceptance import provenance
         from pymtp.graft.writer import copy_gguf
 
         prompts = held_out_prompts(GenConfig(), args.check_prompts)

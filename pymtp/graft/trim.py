@@ -4,10 +4,9 @@ instead of the whole vocabulary. The head's LM head is most of a draft step's co
 
 What is written (native/models/dense-mtp.cpp reads it), for each MTP block L of the head file:
   blk.L.nextn.shared_head_head.weight  the chosen N rows of the base's LM head, as stored (same
-                                       quantization, bit-identical rows), then one zero row
-  blk.L.nextn.shared_head_head.bias    f32 [N + 1]: 0, and -inf on the zero row
-  blk.L.nextn.embed_tokens.t2d         i32 [n_vocab]: token id -> its row (N for every other token)
-The graph scatters the N + 1 scores back to the whole vocabulary, so a token outside the draft
+                                       quantization, bit-identical rows), in token id order
+  blk.L.nextn.embed_tokens.d2t         i32 [N]: row -> token id
+The graph scatters the N scores to the whole vocabulary, -inf elsewhere, so a token outside the draft
 vocabulary has logit -inf: it is never drafted, and every sampler, q and the engine see ordinary
 logits. Exactness is untouched (docs/engine.md): greedy verification compares with the target's own
 choice, and rejection sampling is exact for any draft distribution q, q = 0 outside the subset
@@ -31,8 +30,7 @@ from .acceptance import RECORDED_ACCEPTANCE
 from .writer import copy_gguf
 
 HEAD_NAME = "blk.{}.nextn.shared_head_head.weight"
-BIAS_NAME = "blk.{}.nextn.shared_head_head.bias"
-T2D_NAME = "blk.{}.nextn.embed_tokens.t2d"
+D2T_NAME = "blk.{}.nextn.embed_tokens.d2t"
 
 
 def generated_counts(data, n_vocab: int, val: bool = False) -> np.ndarray:
@@ -100,7 +98,7 @@ def trim_head(head, base, ids: np.ndarray, out, *, extra_provenance: dict | None
     if n_heads <= 0:
         raise PymtpError(f"{head} has no MTP layers ({arch}.nextn_predict_layers)")
     n_layer = int(_field(rh, f"{arch}.block_count")) - n_heads
-    if any(t.name.endswith(".t2d") for t in rh.tensors):
+    if any(t.name.endswith(".d2t") for t in rh.tensors):
         raise PymtpError(f"{head} already has a draft vocabulary; trim the untrimmed head instead")
     layers = range(n_layer, n_layer + n_heads)
     ids = np.asarray(ids, dtype=np.int64)
@@ -111,15 +109,8 @@ def trim_head(head, base, ids: np.ndarray, out, *, extra_provenance: dict | None
         n_vocab = int(src.shape[1])
         if len(ids) >= n_vocab or ids.min() < 0 or ids.max() >= n_vocab:
             raise PymtpError(f"draft vocabulary ids must be < {n_vocab} and fewer than {n_vocab}")
-        rows = np.asarray(src.data)[ids]
-        rows = np.concatenate([rows, np.zeros_like(rows[:1])])           # the zero row: all-zero blocks
-        bias = np.zeros(len(ids) + 1, np.float32)
-        bias[-1] = -np.inf
-        t2d = np.full(n_vocab, len(ids), np.int32)
-        t2d[ids] = np.arange(len(ids), dtype=np.int32)
-        new[HEAD_NAME.format(L)] = (rows, src.tensor_type)
-        new[BIAS_NAME.format(L)] = (bias, None)
-        new[T2D_NAME.format(L)] = (t2d, None)
+        new[HEAD_NAME.format(L)] = (np.asarray(src.data)[ids], src.tensor_type)
+        new[D2T_NAME.format(L)] = (ids.astype(np.int32), None)
 
     # the measured acceptance was the untrimmed head's: it no longer applies
     return copy_gguf(head, out, provenance={"draft_vocab": int(len(ids)), **(extra_provenance or {})},
