@@ -88,12 +88,14 @@ def add_sampling_args(parser: argparse.ArgumentParser, *, default_n: int) -> Non
                    help="stop when this text is generated (repeatable; \\n and \\t are understood)")
 
 
+def check(ok: bool, message: str) -> None:
+    """A command-line value out of range: a clear error (exit 2 through main), nothing done."""
+    if not ok:
+        raise InvalidArgumentError(message)
+
+
 def validate_args(args: argparse.Namespace) -> None:
     """Reject out-of-range values before anything slow happens."""
-    def check(ok, message):
-        if not ok:
-            raise InvalidArgumentError(message)
-
     try:
         args.n_draft = options.parse_n_draft(args.n_draft)
     except ValueError as e:

@@ -125,10 +125,7 @@ def register(subparsers) -> None:
 
 
 def validate(args) -> None:
-    def check(ok, message):
-        if not ok:
-            raise InvalidArgumentError(message)
-
+    check = common.check
     check(args.steps >= 1, f"--steps must be >= 1 (got {args.steps})")
     check(args.batch >= 1, f"--batch must be >= 1 (got {args.batch})")
     check(args.seq_len >= 8, f"--seq-len must be >= 8 (got {args.seq_len})")

@@ -68,10 +68,7 @@ def register(subparsers) -> None:
 
 
 def validate(args) -> None:
-    def check(ok, message):
-        if not ok:
-            raise InvalidArgumentError(message)
-
+    check = common.check
     check(args.draft_vocab >= 1, f"-n must be >= 1 (got {args.draft_vocab})")
     check(args.samples >= 1, f"--samples must be >= 1 (got {args.samples})")
     check(args.gen_tokens >= 1, f"--gen-tokens must be >= 1 (got {args.gen_tokens})")
