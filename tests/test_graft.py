@@ -291,6 +291,24 @@ def test_q8_0_head(tmp_path):
     assert types["blk.2.attn_norm.weight"] == gguf.GGMLQuantizationType.F32
 
 
+def test_q8_0_graft_is_checked_against_its_f16_original(tiny_llama, tmp_path):
+    """A q8_0 head (here with a draft vocabulary too) is measured next to its f16 original, with the
+    same draft vocabulary, on the same held-out prompts; the report says what quantization cost."""
+    head, report = tmp_path / "q8.gguf", tmp_path / "r.json"
+    args = ["--samples", "6", "--gen-tokens", "16", "--steps", "2", "--batch", "2", "--seq-len", "128",
+            "--device", "cpu", "--threads", "1", "--quiet", "--data-cache", str(tmp_path / "cache"),
+            "--type", "q8_0", "--draft-vocab", "64", "--check-prompts", "2", "--report", str(report)]
+    assert main(["graft", str(tiny_llama), "-o", str(head), *args]) == 0
+    acc = json.loads(report.read_text())["acceptance"]
+    assert acc["n_prompts"] == 2 and acc["f16"]["n_prompts"] == 2
+    assert acc["quantization_loss"] == acc["f16"]["accept_per_position"][0] - acc["accept_per_position"][0]
+    r = gguf.GGUFReader(str(head))
+    types = {t.name: t.tensor_type for t in r.tensors}
+    assert types[f"blk.{N_LAYER}.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0
+    assert r.get_field("pymtp.graft.draft_vocab").contents() == 64
+    assert not list(tmp_path.glob("*f16-check*"))                  # the f16 copy is removed
+
+
 def test_missing_torch_is_one_clear_line(monkeypatch, capsys, tiny_llama, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)
     rc = main(["graft", str(tiny_llama), "-o", str(tmp_path / "h.gguf")])

@@ -400,8 +400,9 @@ def graft(job: GraftJob, log=None) -> dict:
                   (state.history["train"][-1]["loss"] if state.history["train"] else None))
     per_head = _write_head(job, base_g, head, n_heads, state.step, final_val, final_loss, summary)
     log(f"wrote {job.out}")
-    draft_vocab = _trim(job, data, base_g.hparams.n_vocab, eog_ids, log) if job.draft_vocab else None
-    acceptance = _check_acceptance(job, base_g, head, n_heads, state.step, final_val, final_loss, summary, log)
+    draft_vocab, draft_ids = _trim(job, data, base_g.hparams.n_vocab, eog_ids, log) if job.draft_vocab else (None, None)
+    acceptance = _check_acceptance(job, base_g, head, n_heads, state.step, final_val, final_loss, summary,
+                                   draft_ids, log)
     report = {
         "base": {"path": str(job.base), "sha256": base_g.sha256, "hparams": base_g.hparams.to_dict()},
         "head": {"path": str(job.out), "type": job.head_type, "n_heads": n_heads,
@@ -653,11 +654,11 @@ def _val_message(v: dict, step: int, n_heads: int) -> str:
 
 
 def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val: dict | None,
-                final_loss: float | None, summary: dict, out: Path | None = None, head_type: str | None = None,
-                extra: dict | None = None) -> list[float]:
+                final_loss: float | None, summary: dict, out: Path | None = None,
+                head_type: str | None = None) -> list[float]:
     """Write the trained head(s) as a head-only GGUF with the run's provenance (to ``out``,
-    default job.out, as ``head_type``, default job.head_type, with ``extra`` provenance keys);
-    returns each head's final validation top-1 agreement."""
+    default job.out, as ``head_type``, default job.head_type); returns each head's final
+    validation top-1 agreement."""
     cfg, hp = job.train, base_g.hparams
     provenance = {
         "version": 1,
@@ -669,7 +670,6 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
         "init": cfg.init,
         "chain": int(cfg.chain),
         "train_tokens": int(summary["train_tokens"]),
-        **(extra or {}),
     }
     heads = [head] if n_heads == 1 else list(head)
     per_head = [float(st["agree"]) for st in final_val["per_step"]] if final_val else []
@@ -688,9 +688,9 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
     return per_head
 
 
-def _trim(job: GraftJob, data: Dataset, n_vocab: int, eog_ids: list, log) -> dict:
+def _trim(job: GraftJob, data: Dataset, n_vocab: int, eog_ids: list, log) -> tuple:
     """Give the written head a draft vocabulary of the job.draft_vocab tokens the base emits most
-    in the training data (generated parts); returns its size and held-out coverage."""
+    in the training data (generated parts); returns (its size and held-out coverage, its ids)."""
     from . import trim
 
     ids = trim.choose(trim.generated_counts(data, n_vocab), job.draft_vocab, always=eog_ids)
@@ -698,16 +698,18 @@ def _trim(job: GraftJob, data: Dataset, n_vocab: int, eog_ids: list, log) -> dic
     cov = trim.coverage(held, ids)
     trim.trim_head(job.out, job.base, ids, job.out, extra_provenance={"draft_vocab_coverage": cov})
     log(f"draft vocabulary: {len(ids)} of {n_vocab} tokens, {cov:.1%} of the held-out generated tokens")
-    return {"n": int(len(ids)), "held_out_coverage": cov}
+    return {"n": int(len(ids)), "held_out_coverage": cov}, ids
 
 
 def _check_acceptance(job: GraftJob, base_g, head, n_heads: int, step: int, final_val, final_loss,
-                      summary: dict, log) -> dict | None:
+                      summary: dict, draft_ids, log) -> dict | None:
     """Measure the written head through the native engine (greedy, draft length max(3, heads))
     on held-out prompts, record the result in the head (pymtp.graft.acceptance) and return it
-    for the report. A quantized head is compared with its f16 original on the same prompts, and
-    a loss of acceptance is reported (quantized heads can silently stop accepting)."""
+    for the report. A quantized head is compared with its f16 original (with the same draft
+    vocabulary ``draft_ids``, if any) on the same prompts, and a loss of acceptance is reported
+    (quantized heads can silently stop accepting)."""
     from . import acceptance as acc_mod
+    from .trim import trim_head
 
     prompts = held_out_prompts(job.gen, job.check_prompts) if job.check_prompts > 0 and job.gen.samples else []
     if not prompts:
@@ -725,6 +727,8 @@ def _check_acceptance(job: GraftJob, base_g, head, n_heads: int, step: int, fina
             f16 = job.out.with_name(job.out.name + ".f16-check.gguf")
             try:
                 _write_head(job, base_g, head, n_heads, step, final_val, final_loss, summary, out=f16, head_type="f16")
+                if draft_ids is not None:
+                    trim_head(f16, job.base, draft_ids, f16)
                 ref = measure(f16)
             finally:
                 f16.unlink(missing_ok=True)
