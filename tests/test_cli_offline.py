@@ -254,11 +254,15 @@ def test_info_reports_the_head_found_next_to_the_model(model_file, tmp_path, cap
     out = capsys.readouterr().out
     assert "MTP layers      0" in out
     assert "yes: MTP head base.mtp.gguf (found next to the model), 1 MTP layer(s)" in out
+    assert "head accepts    0.57 / 0.38 / 0.28 by draft position, AL(3) 2.23" in out
     assert main(["info", str(model), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["mtp_will_run"] is True
-    assert data["mtp_head"] == {"path": str(tmp_path / "base.mtp.gguf"), "source": "found next to the model",
-                                "n_mtp_layers": 1}
+    head = data["mtp_head"]
+    assert {k: head[k] for k in ("path", "source", "n_mtp_layers")} == {
+        "path": str(tmp_path / "base.mtp.gguf"), "source": "found next to the model", "n_mtp_layers": 1}
+    # the shipped head records the acceptance pymtp graft measured on held-out prompts, and shows it
+    assert len(head["acceptance"]) == 3 and 0.4 < head["acceptance"][0] < 1 and head["draft_vocab"] is None
 
 
 def test_info_reports_the_shipped_head_of_the_built_in_model(model_file, monkeypatch, capsys):

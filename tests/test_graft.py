@@ -613,8 +613,8 @@ def test_pymtp_trim_cli(grafted, tiny_llama, tmp_path, capsys):
     assert "acceptance of the trimmed head" in text
     assert main(["info", str(tiny_llama), "--mtp-head", str(out)]) == 0
     info = capsys.readouterr().out
-    assert "draft vocabulary  32 tokens (pymtp trim)" in info
-    assert "head acceptance" in info                     # the trimmed head's own, from --check-prompts
+    assert "draft vocab     32 tokens (pymtp trim)" in info
+    assert "head accepts" in info                     # the trimmed head's own, from --check-prompts
     assert_head_drafts_losslessly(tiny_llama, out, n_draft=2)
     # bad input: a clear error, nothing written
     for argv, message in (

@@ -105,12 +105,12 @@ def info_lines(info, will_run: bool, reason: str, head: dict | None = None) -> l
         ("chat template", "yes" if info.chat_template else "no (ChatML is used)"),
     ]
     if head is not None and head.get("acceptance_note"):
-        rows.insert(-1, ("head acceptance", head["acceptance_note"]))
+        rows.insert(-1, ("head accepts", head["acceptance_note"]))
     if head is not None and head.get("draft_vocab"):
         note = f"{head['draft_vocab']} tokens (pymtp trim)"
         if head.get("draft_vocab_coverage") is not None:
             note += f", {head['draft_vocab_coverage']:.1%} of the base's held-out generated tokens"
-        rows.insert(-1, ("draft vocabulary", note))
+        rows.insert(-1, ("draft vocab", note))
     width = max(len(k) for k, _ in rows)
     return [f"{k:<{width}}  {v}" for k, v in rows]
 
