@@ -81,7 +81,7 @@ def _say(msg: str) -> None:
     print(f"pymtp trim: {msg}", file=sys.stderr, flush=True)
 
 
-def generate_counts(base: Path, n_vocab: int, samples: int, gen_tokens: int, threads, eog) -> tuple:
+def generate_counts(base: Path, n_vocab: int, samples: int, gen_tokens: int, threads) -> tuple:
     """(train counts, held-out counts): tokens of the base's own answers to built-in prompts
     (every 10th answer held out), half greedy, half sampled at T=0.8."""
     import numpy as np
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
             counts, held = trim.generated_counts(data, n_vocab), trim.generated_counts(data, n_vocab, val=True)
             source = f"the graft data cached at {cached}"
         else:
-            counts, held = generate_counts(base, n_vocab, args.samples, args.gen_tokens, args.threads, eog)
+            counts, held = generate_counts(base, n_vocab, args.samples, args.gen_tokens, args.threads)
             source = f"{args.samples} answers generated here"
     if len(counts) != n_vocab:
         raise PymtpError(f"the token counts cover {len(counts)} tokens; {base.name} has {n_vocab}")
