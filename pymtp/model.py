@@ -36,9 +36,10 @@ class Model:
     a generate() call may ask for.
 
     mtp_head: a head-only GGUF holding the MTP layer(s) for a model that has
-    none (e.g. made by ``pymtp graft``). None: ``<model stem>.mtp.gguf`` next
-    to the model is used when it exists and the model has no MTP layers of its
-    own (``mtp_reason`` says so).
+    none (e.g. made by ``pymtp graft``), or a draft-vocabulary file (``pymtp
+    trim``) for a model that has its own. None: ``<model stem>.mtp.gguf`` next
+    to the model is used when it exists and is one of those (``mtp_reason`` says
+    so); "": no file, not even that one.
 
     heads: for models (or heads) with several MTP layers, which layer drafts each
     step: "per_layer" (step i uses layer i mod n; n_draft may exceed n), "first"

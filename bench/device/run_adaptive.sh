@@ -11,7 +11,8 @@
 # T=0 and T=0.7; then the realistic qwen35 27B shape with the field's six per-position rates, fixed
 # k=1..6 vs auto. Results land in $OUT (bench-*.txt/json). Knobs: LIMIT (16), NPRED (256),
 # RLIMIT (8), RNPRED (128), SKIP_REALISTIC (0), RUNS ("smol-t0 smol-t07 27b": which benches, in
-# order; "heads" benches every head carried in .dev/heads/ at T=0 and T=0.7), GRAPH_AB (0; 1 runs
+# order; "heads" benches every head carried in .dev/heads/ at T=0 and T=0.7; "27b-trim" benches the 27B
+# shape's own MTP block untrimmed and with draft vocabularies of TRIM_N ("32768 8192") tokens), GRAPH_AB (0; 1 runs
 # each bench first with patch 0011's CUDA graph key off).
 set -uo pipefail
 OUT=${OUT:-/tmp/pymtp-out}
@@ -44,7 +45,7 @@ store)
 esac
 
 smol=$PYMTP_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ ! -f $smol ]; then
+if [[ "${RUNS:-smol}" =~ smol|heads ]] && [ ! -f $smol ]; then
     cat /tmp/smol-parts/smol.part0 /tmp/smol-parts/smol.part1 /tmp/smol-parts/smol.part2 > /tmp/smol.gguf || exit 1
     echo "$(cat /tmp/smol-parts/smol.sha256)  /tmp/smol.gguf" | sha256sum -c - || exit 1
     mv /tmp/smol.gguf $smol
@@ -85,6 +86,18 @@ for run in ${RUNS:-smol-t0 smol-t07 27b}; do
             n=$(basename "$h" .gguf)
             bench "smollm2-h100-$n-t0" "${smol_args[@]}" --mtp-head "$h"
             bench "smollm2-h100-$n-t07" "${smol_args[@]}" --mtp-head "$h" --temp 0.7
+        done ;;
+    27b-trim)   # the 27B shape's own MTP block with draft vocabularies of TRIM_N tokens vs untrimmed,
+                # k=3 and k=6 at the field's rates (D is what changes; random weights: synthetic acceptance)
+        python3 -c "import numpy as np; r = np.random.default_rng(0); c = r.zipf(1.3, 248320).astype(np.int64); \
+np.savez('/tmp/counts27b.npz', train=c, val=c)"
+        r27=(--prompts mtbench --limit "${RLIMIT:-8}" -n "${RNPRED:-128}" --n-drafts 3,6 --ngl 99 --ctx 2048
+             --synthetic-rates 0.917,0.837,0.648,0.538,0.451,0.348)
+        bench qwen35-27b-h100-untrimmed $m "${r27[@]}"
+        for n in ${TRIM_N:-32768 8192}; do
+            say "pymtp trim -n $n"
+            pymtp trim $m -n $n -o /tmp/q27-$n.mtp.gguf --counts /tmp/counts27b.npz 2>&1 | tail -n 2
+            bench "qwen35-27b-h100-trim$n" $m "${r27[@]}" --mtp-head /tmp/q27-$n.mtp.gguf
         done ;;
     27b)
         [ "${SKIP_REALISTIC:-0}" = 1 ] && continue

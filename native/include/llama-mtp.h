@@ -73,9 +73,15 @@ struct llama_mtp_stats {
 // The head must match the model (architecture, width, block count) and the model must have no MTP
 // layers of its own; a mismatch fails the load with "MTP head <file>: ..." in the log. (A function, not
 // a llama_model_params field: that struct stays as upstream has it, for every binding.)
+// A model with MTP layers of its own takes a draft-vocabulary file made by `pymtp trim` the same way
+// (its MTP blocks then score only those tokens; "MTP draft vocabulary <file>: ..." on a mismatch).
 LLAMA_API struct llama_model * llama_model_load_from_file_with_mtp_head(const char *              path_model,
                                                                         const char *              path_mtp_head,
                                                                         struct llama_model_params params);
+
+// Whether the MTP layers of a model of this architecture (its general.architecture, e.g. "qwen35")
+// can take a draft-vocabulary file.
+LLAMA_API bool llama_mtp_draft_vocab_arch(const char * arch);
 
 LLAMA_API struct llama_mtp_params llama_mtp_default_params(void);
 

@@ -20,6 +20,7 @@
 //     -inf outside
 //   all norms: eps = the model's RMS eps; weights used as stored (like the trunk).
 
+#include "draft-vocab.h"
 #include "models/models.h" // upstream src/ is on the llama target's include path
 
 void llama_dense_mtp_load_tensors(llama_model_base & m, llama_model_loader & ml) {
@@ -99,34 +100,6 @@ void llama_dense_mtp_load_tensors(llama_model_base & m, llama_model_loader & ml)
             m.create_tensor(tn(LLM_TENSOR_NEXTN_EMBED_TOKENS, "weight", il), { n_embd, n_vocab }, opt);
     }
 }
-
-namespace {
-
-// The draft-vocabulary head's logits [N, n_out] become whole-vocabulary logits [n_vocab, n_out]: -inf
-// everywhere, then row d2t[i] takes score i (set_rows: one thread per score on CUDA, where a gather by
-// token, one block per vocabulary entry, cost more than the smaller LM head saved).
-ggml_tensor * scatter_draft_vocab(ggml_context * ctx, const llama_model & model, int il, ggml_tensor * logits) {
-    const auto    d2t_name = LLM_TN(model.arch)(LLM_TENSOR_NEXTN_EMBED_TOKENS, "d2t", il).str();
-    ggml_tensor * d2t      = const_cast<ggml_tensor *>(model.get_tensor(d2t_name.c_str()));
-    GGML_ASSERT(d2t && "dense MTP graph: a draft-vocabulary head needs its d2t tensor");
-
-    const int64_t n_vocab = model.vocab.n_tokens();
-    const int64_t n_rows  = logits->ne[0];
-    const int64_t n_out   = logits->ne[1];
-    if (n_out == 0) { // a decode without outputs (and the graph reserve for one)
-        return ggml_reshape_2d(ctx, logits, n_vocab, 0);
-    }
-    // [n_out, n_vocab] of -inf (arange only gives the shape; fill overwrites it)
-    ggml_tensor * full = ggml_arange(ctx, 0.0f, (float) (n_vocab * n_out), 1.0f);
-    full               = ggml_fill_inplace(ctx, ggml_reshape_2d(ctx, full, n_out, n_vocab), -INFINITY);
-    // rows of [n_out, N] are the draft vocabulary's scores; row i goes to token d2t[i]
-    ggml_tensor * rows =
-        n_out == 1 ? ggml_reshape_2d(ctx, logits, 1, n_rows) : ggml_cont(ctx, ggml_transpose(ctx, logits));
-    full = ggml_set_rows(ctx, full, rows, d2t);
-    return n_out == 1 ? ggml_reshape_2d(ctx, full, n_vocab, 1) : ggml_cont(ctx, ggml_transpose(ctx, full));
-}
-
-} // namespace
 
 template <bool iswa>
 llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const llm_graph_params & params)
@@ -315,7 +288,7 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
     // A draft vocabulary (pymtp trim): the head scored only its rows; scatter them to the whole
     // vocabulary, -inf for every other token, so samplers, q and the engine see ordinary logits
     if (own_head && head_w->ne[1] != (int64_t) model.vocab.n_tokens()) {
-        cur = scatter_draft_vocab(ctx0, model, il, cur);
+        cur = llama_mtp_scatter_draft_vocab(ctx0, model, il, cur);
     }
     cb(cur, "result_output", -1);
     res->t_logits = cur;

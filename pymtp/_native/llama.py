@@ -243,6 +243,8 @@ _SIGNATURES = {
     "llama_mtp_get_stats": (None, [p_mtp, C.POINTER(llama_mtp_stats)]),
     "llama_mtp_reset_stats": (None, [p_mtp]),
     "llama_mtp_abi_sizeof": (C.c_size_t, [C.c_int32]),
+    # draft vocabularies for models with their own MTP layers (native/models/draft-vocab.cpp)
+    "llama_mtp_draft_vocab_arch": (C.c_bool, [C.c_char_p]),
     # the adaptive draft controller (native/engine/mtp-adaptive.cpp)
     "llama_mtp_adaptive_default_max": (C.c_int32, []),
     "llama_mtp_set_adaptive": (None, [p_mtp, C.c_int32]),

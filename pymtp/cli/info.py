@@ -61,10 +61,11 @@ def info_dict(info, will_run: bool, reason: str, head: dict | None = None) -> di
 
 def head_in_use(model_path, info, head_arg: str | None) -> dict | None:
     """The head-only GGUF generate/chat/serve would load for this model, as the engine finds it
-    (--mtp-head, the built-in model's shipped head, <stem>.mtp.gguf for a model without MTP layers),
+    (--mtp-head, the built-in model's shipped head, <stem>.mtp.gguf: a head for a model without MTP
+    layers, a draft-vocabulary file for a model with them),
     with its MTP layer count; None when there is none."""
     from pymtp.default_model import shipped_head_for
-    from pymtp.engine.runtime import sidecar_path
+    from pymtp.engine.runtime import sidecar_head
     from pymtp.errors import ModelFileError
     from pymtp.gguf_meta import read_info
 
@@ -74,8 +75,8 @@ def head_in_use(model_path, info, head_arg: str | None) -> dict | None:
             raise ModelFileError(f"MTP head file not found: {path}")
     elif (path := shipped_head_for(model_path)) is not None:
         source = "shipped with the built-in model"
-    elif info.n_mtp_layers <= 0 and sidecar_path(model_path).is_file():
-        path, source = sidecar_path(model_path), "found next to the model"
+    elif (path := sidecar_head(Path(model_path))) is not None:
+        source = "found next to the model"
     else:
         return None
     from pymtp.graft.acceptance import describe_recorded, recorded
@@ -122,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
     info = read_info(path)
     will_run, reason = mtp_support(info)
     head = head_in_use(path, info, args.mtp_head)
-    if head is not None and head["n_mtp_layers"] > 0:
+    if head is not None and info.n_mtp_layers > 0 and head["draft_vocab"]:
+        reason += f"; draft vocabulary from {Path(head['path']).name} ({head['source']})"
+    elif head is not None and head["n_mtp_layers"] > 0:
         will_run, reason = True, (f"MTP head {Path(head['path']).name} ({head['source']}), "
                                   f"{head['n_mtp_layers']} MTP layer(s)")
     if args.json:

@@ -24,16 +24,22 @@ are the base's own LM-head rows as stored (same quantization), so the scores of
 kept tokens do not change. End-of-generation tokens are always kept.
 
 Works on head-only GGUFs of dense models (pymtp graft's heads, e.g. the built-in
-model's shipped head). The held-out coverage printed is the share of counted
-tokens (of a held-out tenth) inside the draft vocabulary: a bound on what it can
-cost in acceptance; --check-prompts measures the acceptance of both heads."""
+model's shipped head), and on models with MTP layers of their own (qwen35,
+qwen35moe, glm4moe, step35): for those it writes a draft-vocabulary file, which
+loads like a head (--mtp-head, or <model stem>.mtp.gguf next to the model).
+
+The held-out coverage printed is the share of counted tokens (of a held-out
+tenth) inside the draft vocabulary: a bound on what it can cost in acceptance;
+--check-prompts measures the acceptance of both heads (or of the model's own MTP
+layers with and without the draft vocabulary)."""
 
 EPILOG = """\
 examples:
   pymtp trim -n 8192 -o smol-8k.mtp.gguf              # the built-in model's shipped head
   pymtp generate --mtp-head smol-8k.mtp.gguf -p "Hi"   # use it
   pymtp trim base.gguf --mtp-head base.mtp.gguf -n 4096 -o base.mtp.gguf.tmp --check-prompts 16
-  pymtp trim base.gguf -n 8192 -o t.gguf --samples 64 --save-counts counts.npz   # reuse with --counts"""
+  pymtp trim base.gguf -n 8192 -o t.gguf --samples 64 --save-counts counts.npz   # reuse with --counts
+  pymtp trim qwen3.6-27b.gguf -n 32768 -o qwen3.6-27b.mtp.gguf  # a model's own MTP layers"""
 
 
 def register(subparsers) -> None:
@@ -114,16 +120,24 @@ def run(args: argparse.Namespace) -> int:
 
     base = common.resolve_model_path(args.model)
     info = read_info(base)
-    head = head_in_use(base, info, args.mtp_head)
-    if head is None:
-        if info.n_mtp_layers > 0:
-            raise PymtpError(f"{base.name} has its own MTP layers; pymtp trim works on head-only GGUFs of dense "
-                             "models (pymtp graft's heads), and trimming a model's own MTP layers is not "
-                             "supported yet")
-        raise PymtpError(f"no MTP head for {base.name}: pass --mtp-head (pymtp graft trains one)")
-    head_path = Path(head["path"])
+    own = info.n_mtp_layers > 0       # the model's own MTP layers: write a draft-vocabulary file
+    if own:
+        from pymtp._native import llama as native
+
+        if args.mtp_head is not None:
+            raise InvalidArgumentError(f"--mtp-head: {base.name} has MTP layers of its own; pymtp trim writes "
+                                       "a draft-vocabulary file for them (leave --mtp-head out)")
+        if not native.lib().llama_mtp_draft_vocab_arch(info.architecture.encode()):
+            raise PymtpError(f"{base.name}: the MTP layers of '{info.architecture}' models cannot take a draft "
+                             "vocabulary (supported: qwen35, qwen35moe, glm4moe, step35)")
+        head_path = None
+    else:
+        head = head_in_use(base, info, args.mtp_head)
+        if head is None:
+            raise PymtpError(f"no MTP head for {base.name}: pass --mtp-head (pymtp graft trains one)")
+        head_path = Path(head["path"])
     out = Path(args.output)
-    if out.resolve() in (head_path.resolve(), base.resolve()):
+    if out.resolve() in ({head_path.resolve()} if head_path else set()) | {base.resolve()}:
         raise InvalidArgumentError("-o must not be the head or the model itself")
 
     from pymtp.graft.tokenizer import Tokenizer
@@ -169,16 +183,26 @@ def run(args: argparse.Namespace) -> int:
         cov = trim.coverage(held, ids)
         extra["draft_vocab_coverage"] = cov
         line += f"; held-out coverage {cov:.4f}"
-    trim.trim_head(head_path, base, ids, out, extra_provenance=extra)
+    if own:
+        trim.draft_vocab_file(base, ids, out, extra_provenance=extra)
+    else:
+        trim.trim_head(head_path, base, ids, out, extra_provenance=extra)
     print(line)
+    if own:
+        from pymtp.engine.runtime import sidecar_path
+
+        side = sidecar_path(base)
+        print(f"{side.name} is next to the model: used automatically" if out.resolve() == side.resolve() else
+              f"use it with --mtp-head {out}, or name it {side.name} next to the model (found automatically)")
     if args.check_prompts:
         from pymtp.graft.acceptance import measure, provenance
         from pymtp.graft.data import GenConfig, held_out_prompts
         from pymtp.graft.writer import copy_gguf
 
         prompts = held_out_prompts(GenConfig(), args.check_prompts)
-        for name, path in (("head", head_path), ("trimmed", out)):
+        runs = (("model's MTP layers", "") if own else ("head", head_path)), ("trimmed head", out)
+        for name, path in runs:
             a = measure(base, path, prompts, k=3, n_threads=args.threads)
-            print(f"acceptance of the {name} head (greedy, held-out prompts): {a.line()}")
+            print(f"acceptance of the {name} (greedy, held-out prompts): {a.line()}")
         copy_gguf(out, out, provenance=provenance(a))     # the trimmed head records its own
     return 0

@@ -31,7 +31,8 @@ class RuntimeConfig:
     n_threads: int | None = None
     mtp: str = options.DEFAULT_MTP          # auto | on | off (options.MTP_MODES)
     n_draft: int | str = options.DEFAULT_N_DRAFT  # "auto" (adaptive, 0..8 a step) or a fixed length 0..16
-    mtp_head: str | None = None  # head-only GGUF with the MTP layer(s); None: <model stem>.mtp.gguf if present
+    # head-only GGUF or draft-vocabulary file; None: <model stem>.mtp.gguf if it applies; "": none
+    mtp_head: str | None = None
     heads: str = options.DEFAULT_HEADS      # several MTP layers: per_layer | first | capped (HEAD_POLICIES)
     rpc: str | None = None   # "host:port,..." of ggml-rpc-server processes: offloaded layers are split across them
 
@@ -61,13 +62,18 @@ def sidecar_path(model_path: Path) -> Path:
     return model_path.with_name(model_path.stem + SIDECAR_SUFFIX)
 
 
-def _declares_mtp_layers(path: Path) -> bool | None:
-    """Whether the GGUF header of ``path`` declares MTP layers (None: header unreadable)."""
+def sidecar_head(model_path: Path) -> Path | None:
+    """The ``<model stem>.mtp.gguf`` next to a model when it applies: a head for a model without MTP
+    layers of its own, a draft-vocabulary file (pymtp trim) for a model with them; else None."""
     from ..gguf_meta import read_info
 
+    side = sidecar_path(model_path)
+    if not side.is_file() or side.resolve() == model_path.resolve():
+        return None
     try:
-        return read_info(path).n_mtp_layers > 0
-    except Exception:  # a corrupt model is reported by llama.cpp's loader, not here
+        own = read_info(model_path).n_mtp_layers > 0
+        return side if not own or "draft_vocab" in read_info(side).graft_provenance else None
+    except Exception:  # a corrupt model (or head) is reported by llama.cpp's loader, not here
         return None
 
 
@@ -96,9 +102,11 @@ def check_gguf_file(path: Path) -> None:
 
 def find_head(path: Path, cfg: RuntimeConfig) -> tuple[Path | None, bool]:
     """(head file, auto-detected) for loading ``path`` under ``cfg``; (None, False) when there is none
-    to use: the given ``mtp_head`` (checked), else ``<model stem>.mtp.gguf`` next to a model without
-    MTP layers of its own."""
+    to use: the given ``mtp_head`` (checked), else the ``<model stem>.mtp.gguf`` next to the model that
+    applies (sidecar_head)."""
     if cfg.mtp == "off":
+        return None, False
+    if cfg.mtp_head == "":   # no head file, not even the one next to the model
         return None, False
     if cfg.mtp_head is not None:
         head = Path(cfg.mtp_head).expanduser()
@@ -109,10 +117,8 @@ def find_head(path: Path, cfg: RuntimeConfig) -> tuple[Path | None, bool]:
         except ModelFileError as e:
             raise ModelFileError(f"MTP head: {e}") from e
         return head, False
-    head = sidecar_path(path)
-    if head.is_file() and head.resolve() != path.resolve() and _declares_mtp_layers(path) is False:
-        return head, True
-    return None, False
+    head = sidecar_head(path)
+    return (head, True) if head is not None else (None, False)
 
 
 def target_rs_snapshots(cfg: RuntimeConfig) -> int:
@@ -184,7 +190,10 @@ class Runtime:
             raise ModelLoadError(f"llama.cpp could not load {path}: {L.last_log_lines() or 'unknown error'}")
         self.mtp_head = head
         if head is not None:
-            head_note = f"; MTP head from {head.name}" + (" (found next to the model)" if auto else "")
+            from ..gguf_meta import read_info
+
+            what = "draft vocabulary" if read_info(path).n_mtp_layers > 0 else "MTP head"   # pymtp trim's file
+            head_note = f"; {what} from {head.name}" + (" (found next to the model)" if auto else "")
         self._describe_model()
 
         threads = self._threads()

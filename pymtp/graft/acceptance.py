@@ -43,8 +43,9 @@ class Acceptance:
 def measure(model, head, prompts, *, k: int = 3, max_tokens: int = 128, n_threads: int | None = None,
             on_prompt=None) -> Acceptance:
     """Greedy generation of each prompt (a list of chat messages, rendered with the model's
-    template, or a raw string) with MTP at draft length ``k``; ``head``: a head-only GGUF or
-    None (the model's own MTP layers, or the head pymtp finds for it)."""
+    template, or a raw string) with MTP at draft length ``k``; ``head``: a head-only GGUF (or a
+    draft-vocabulary file), None (the head pymtp finds for the model) or "" (the model's own MTP
+    layers as they are)."""
     import pymtp
 
     acc, dra = [0] * k, [0] * k
@@ -93,4 +94,4 @@ def describe_recorded(info) -> str | None:
     where = f"held-out prompts ({n})" if n else "held-out prompts"
     al = 1 + sum(rates)
     return (" / ".join(f"{r:.2f}" for r in rates) + f" by draft position, AL({len(rates)}) {al:.2f}; "
-            f"greedy, {where}, measured by pymtp graft")
+            f"greedy, {where}, measured when the file was written")

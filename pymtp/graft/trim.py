@@ -12,6 +12,13 @@ logits. Exactness is untouched (docs/engine.md): greedy verification compares wi
 choice, and rejection sampling is exact for any draft distribution q, q = 0 outside the subset
 included (the residual max(0, p - q) keeps all of p's mass there).
 
+A model that ships its own MTP layers (qwen35, qwen35moe, glm4moe, step35) gets a draft-vocabulary
+file instead, loaded like a head file (``--mtp-head``, or ``<model stem>.mtp.gguf`` next to it):
+  blk.L.nextn.shared_head_head.draft   the chosen N rows of the LM head block L uses (its own
+                                       shared_head_head, else output, else the tied token_embd)
+  blk.L.nextn.embed_tokens.d2t         i32 [N]: row -> token id
+for each MTP block L of the model, and the model's arch, width and layer counts.
+
 The tokens are chosen by how often the base emits them in its own generated text (the
 self-distillation data of `pymtp graft`, or text the engine generates here), plus the
 end-of-generation tokens.
@@ -30,6 +37,7 @@ from .acceptance import RECORDED_ACCEPTANCE
 from .writer import copy_gguf
 
 HEAD_NAME = "blk.{}.nextn.shared_head_head.weight"
+DRAFT_HEAD_NAME = "blk.{}.nextn.shared_head_head.draft"   # a model's own MTP block (draft-vocabulary file)
 D2T_NAME = "blk.{}.nextn.embed_tokens.d2t"
 
 
@@ -115,6 +123,40 @@ def trim_head(head, base, ids: np.ndarray, out, *, extra_provenance: dict | None
     # the measured acceptance was the untrimmed head's: it no longer applies
     return copy_gguf(head, out, provenance={"draft_vocab": int(len(ids)), **(extra_provenance or {})},
                      drop_provenance=RECORDED_ACCEPTANCE, tensors=new)
+
+
+def draft_vocab_file(base, ids: np.ndarray, out, *, extra_provenance: dict | None = None) -> Path:
+    """Write ``out``: a draft-vocabulary file of the token ids ``ids`` for each of the MTP blocks of
+    ``base``, a model with its own MTP layers."""
+    import gguf
+
+    from .writer import write_draft_vocab_gguf
+
+    base, out = Path(base), Path(out)
+    rb = gguf.GGUFReader(str(base))
+    arch = _field(rb, "general.architecture")
+    n_nextn = int(_field(rb, f"{arch}.nextn_predict_layers") or 0)
+    if n_nextn <= 0:
+        raise PymtpError(f"{base.name} has no MTP layers of its own ({arch}.nextn_predict_layers)")
+    n_all = int(_field(rb, f"{arch}.block_count"))
+    by_name = {t.name: t for t in rb.tensors}
+    ids = np.asarray(ids, dtype=np.int64)
+    new = {}
+    for L in range(n_all - n_nextn, n_all):
+        src = by_name.get(HEAD_NAME.format(L)) or by_name.get("output.weight") or by_name.get("token_embd.weight")
+        if src is None:
+            raise PymtpError(f"{base.name} has no LM head for MTP block {L} (nextn.shared_head_head, output or "
+                             "token_embd)")
+        n_vocab = int(src.shape[1])
+        if len(ids) >= n_vocab or ids.min() < 0 or ids.max() >= n_vocab:
+            raise PymtpError(f"draft vocabulary ids must be < {n_vocab} and fewer than {n_vocab}")
+        new[DRAFT_HEAD_NAME.format(L)] = (np.asarray(src.data)[ids], src.tensor_type)
+        new[D2T_NAME.format(L)] = (ids.astype(np.int32), None)
+    name = _field(rb, "general.name")
+    return write_draft_vocab_gguf(
+        out, arch, n_embd=int(_field(rb, f"{arch}.embedding_length")), n_layer_all=n_all, n_nextn=n_nextn,
+        tensors=new, name=f"{name} draft vocabulary" if name else "",
+        provenance={"base_file": base.name, "draft_vocab": int(len(ids)), **(extra_provenance or {})})
 
 
 def load_counts(path) -> np.ndarray:

@@ -156,35 +156,70 @@ def copy_gguf(src, out, *, provenance: dict | None = None, drop_provenance=(), t
     or None for f32/i32 arrays)}), which replace or add tensors."""
     import gguf
 
-    src, out = Path(src), Path(out)
+    src = Path(src)
     r = gguf.GGUFReader(str(src))
     arch = r.get_field(gguf.Keys.General.ARCHITECTURE).contents()
     provenance = {k: v for k, v in (provenance or {}).items() if v is not None}
     skip = {PROVENANCE_PREFIX + k for k in (*drop_provenance, *provenance)}
+    fields = []
+    for f in r.fields.values():
+        if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF.") or f.name in skip:
+            continue
+        vtype = f.types[0]
+        fields.append((f.name, f.contents(), vtype, f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None))
     tensors = tensors or {}
+    rows = [(t.name, np.asarray(t.data), t.tensor_type) for t in r.tensors if t.name not in tensors]
+    return _write_gguf(out, arch, fields, provenance, rows + _typed(tensors), endianess=r.endianess)
+
+
+def write_draft_vocab_gguf(out, arch: str, *, n_embd: int, n_layer_all: int, n_nextn: int, tensors: dict,
+                           name: str = "", provenance: dict | None = None) -> Path:
+    """Write a draft-vocabulary file for a model with its own MTP layers (native/models/draft-vocab.h):
+    the model's arch, width and layer counts, and ``tensors`` ({name: (numpy array, ggml type or
+    None)}: blk.L.nextn.shared_head_head.draft and blk.L.nextn.embed_tokens.d2t)."""
+    import gguf
+
+    u32 = gguf.GGUFValueType.UINT32
+    fields = [(f"{arch}.embedding_length", n_embd, u32, None), (f"{arch}.block_count", n_layer_all, u32, None),
+              (f"{arch}.nextn_predict_layers", n_nextn, u32, None)]
+    if name:
+        fields.insert(0, (gguf.Keys.General.NAME, name, gguf.GGUFValueType.STRING, None))
+    provenance = {k: v for k, v in (provenance or {}).items() if v is not None}
+    return _write_gguf(out, arch, fields, provenance, _typed(tensors))
+
+
+def _typed(tensors: dict) -> list:
+    import gguf
+
+    rows = []
+    for name, (arr, qtype) in tensors.items():
+        if qtype is None:
+            qtype = gguf.GGMLQuantizationType.I32 if arr.dtype == np.int32 else gguf.GGMLQuantizationType.F32
+        rows.append((name, arr, qtype))
+    return rows
+
+
+def _write_gguf(out, arch: str, fields: list, provenance: dict, rows: list, endianess=None) -> Path:
+    """Write ``out`` atomically: ``fields`` [(key, value, type, array item type)], the provenance
+    keys, then the tensors ``rows`` [(name, numpy data as stored, ggml type)]."""
+    import gguf
+
+    out = Path(out)
+    endianess = gguf.GGUFEndian.LITTLE if endianess is None else endianess
     tmp = _atomic_target(out)
-    gw = gguf.GGUFWriter(str(tmp), arch, endianess=r.endianess)
+    gw = gguf.GGUFWriter(str(tmp), arch, endianess=endianess)
     try:
-        for f in r.fields.values():
-            if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF.") or f.name in skip:
-                continue
-            vtype = f.types[0]
-            sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            gw.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
+        for key, value, vtype, sub in fields:
+            gw.add_key_value(key, value, vtype, sub_type=sub)
         for key, value in provenance.items():
             gw.add_key_value(PROVENANCE_PREFIX + key, value, _kv_type(value))
-        rows = [(t.name, np.asarray(t.data), t.tensor_type) for t in r.tensors if t.name not in tensors]
-        for name, (arr, qtype) in tensors.items():
-            if qtype is None:
-                qtype = gguf.GGMLQuantizationType.I32 if arr.dtype == np.int32 else gguf.GGMLQuantizationType.F32
-            rows.append((name, arr, qtype))
         for name, arr, qtype in rows:
             gw.add_tensor_info(name, arr.shape, arr.dtype, arr.nbytes, raw_dtype=qtype)
         gw.write_header_to_file()
         gw.write_kv_data_to_file()
         gw.write_ti_data_to_file()
         for _, arr, _ in rows:
-            gw.write_tensor_data(arr, tensor_endianess=r.endianess)
+            gw.write_tensor_data(arr, tensor_endianess=endianess)
     finally:
         gw.close()
     os.replace(tmp, out)

@@ -44,10 +44,10 @@ def _mtp_layers(path: Path) -> int:
 
 
 def _find_head(model: Path, mtp_head: str | Path | None) -> Path | None:
-    """The head-only GGUF to use: the one given, else ``<stem>.mtp.gguf`` next to the
-    model, else the head shipped for the built-in model; None when there is none."""
+    """The head-only GGUF (or draft-vocabulary file) to use: the one given, else the ``<stem>.mtp.gguf``
+    next to the model that applies, else the head shipped for the built-in model; None when there is none."""
     from ..default_model import shipped_head_for
-    from ..engine.runtime import sidecar_path
+    from ..engine.runtime import sidecar_head
     from ..gguf_meta import check_gguf_path
 
     if mtp_head is not None:
@@ -55,10 +55,8 @@ def _find_head(model: Path, mtp_head: str | Path | None) -> Path | None:
             return check_gguf_path(str(mtp_head))
         except PymtpError as e:
             raise InvalidArgumentError(f"MTP head: {str(e).replace('model file', 'file')}") from e
-    side = sidecar_path(model)
-    if side.is_file() and side.resolve() != model.resolve():
-        return side
-    return shipped_head_for(model)
+    side = sidecar_head(model)
+    return side if side is not None else shipped_head_for(model)
 
 
 def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: str = options.DEFAULT_MTP,
@@ -104,9 +102,7 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
     use_mtp, head = False, None
     if mtp != "off":
         layers = _mtp_layers(model)
-        head = None if layers > 0 else _find_head(model, mtp_head)
-        if layers > 0 and mtp_head is not None:
-            notes.append(f"the model has {layers} MTP layer(s) of its own; --mtp-head {mtp_head} is not used")
+        head = _find_head(model, mtp_head)   # a model with MTP layers: a draft-vocabulary file (pymtp trim)
         use_mtp = layers > 0 or head is not None
         if not use_mtp:
             if mtp == "on":
