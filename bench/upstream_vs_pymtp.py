@@ -131,6 +131,9 @@ def main() -> int:
     ap.add_argument("--upstream-extra", default="", metavar="ARGS",
                     help="more arguments for the upstream draft-mtp server, e.g. "
                          "'--no-spec-draft-backend-sampling' (split on spaces)")
+    ap.add_argument("--pymtp-extra", default="", metavar="ARGS",
+                    help="more arguments for pymtp's server only, e.g. '--mtp-head draft-vocab.gguf' (split on "
+                         "spaces)")
     ap.add_argument("--server-extra", default="", metavar="ARGS",
                     help="more arguments for all three servers, e.g. '--split-mode layer' (split on spaces)")
     ap.add_argument("--prefill-tokens", type=int, default=0, metavar="N",
@@ -172,7 +175,7 @@ def main() -> int:
         "upstream draft-mtp": [str(upstream), *common, "--spec-type", "draft-mtp", "--spec-draft-n-max",
                                str(args.n_draft), *synth, *args.upstream_extra.split()],
         "pymtp --mtp": [str(server_binary()), *common, "--mtp", "--mtp-n-draft", str(args.n_draft),
-                        "--mtp-draft", args.draft, "--mtp-adaptive", "off", *synth],
+                        "--mtp-draft", args.draft, "--mtp-adaptive", "off", *synth, *args.pymtp_extra.split()],
     }
     if args.log_dir:
         log_dir = Path(args.log_dir)
