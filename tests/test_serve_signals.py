@@ -56,16 +56,25 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return False
 
 
+def _signals_as_from_a_terminal(ignored: tuple) -> None:
+    """In the child: SIGINT, SIGTERM and SIGHUP as a shell in a terminal hands them over (default
+    action), whatever this test process inherited (a background job of a script starts with SIGINT
+    ignored), except ``ignored`` (what ``nohup`` does to SIGHUP)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+
+
 class Serve:
     """`pymtp serve` on a free port, its output in a file; .server is its llama-server's pid."""
 
-    def __init__(self, model: Path, log: Path) -> None:
+    def __init__(self, model: Path, log: Path, ignored: tuple = ()) -> None:
         self.port = free_port()
         self.log = log
         cmd = [sys.executable, "-m", "pymtp.cli.main", "serve", str(model), "--port", str(self.port),
                "--ctx", str(CTX), "--threads", "1", "--n-draft", "3", "--", "--no-webui"]
         with open(log, "wb") as f:
-            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=log.parent)
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=log.parent,
+                                         preexec_fn=lambda: _signals_as_from_a_terminal(ignored))
         deadline = time.monotonic() + 120
         while "serving" not in log.read_text(errors="replace"):
             assert self.proc.poll() is None, f"pymtp serve exited early:\n{self.text()}"
@@ -107,8 +116,8 @@ class Serve:
 def serve(models, tmp_path):
     started = []
 
-    def start() -> Serve:
-        s = Serve(models["glm4moe"], tmp_path / f"serve-{len(started)}.log")
+    def start(ignored: tuple = ()) -> Serve:
+        s = Serve(models["glm4moe"], tmp_path / f"serve-{len(started)}.log", ignored)
         started.append(s)
         return s
 
@@ -137,6 +146,19 @@ def test_pymtp_serve_stops_at_once_on_a_signal_under_load(serve, sig):
     assert time.monotonic() - t0 < STOP_WITHIN_S
     with pytest.raises(OSError):  # nobody listens any more
         socket.create_connection(("127.0.0.1", s.port), timeout=5).close()
+
+
+def test_nohup_pymtp_serve_keeps_serving_on_sighup(serve):
+    """Started with SIGHUP ignored (nohup), a closed terminal does not stop it; SIGTERM still does."""
+    s = serve(ignored=(signal.SIGHUP,))
+    s.proc.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert s.proc.poll() is None and alive(s.server), s.text()
+    r = urllib.request.urlopen(f"http://127.0.0.1:{s.port}/health", timeout=30)
+    assert r.status == 200
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=STOP_WITHIN_S) == 0, s.text()
+    assert wait_gone(s.server, 2.0)
 
 
 def test_llama_server_dies_with_a_killed_pymtp_serve(serve):

@@ -67,11 +67,12 @@ def stop_server(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None
 
 @contextlib.contextmanager
 def signals_raise_interrupt(signums: Sequence[int] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
-    """Inside the block, these signals raise ``Terminated`` (a KeyboardInterrupt) in the main thread."""
+    """Inside the block, these signals raise ``Terminated`` (a KeyboardInterrupt) in the main thread.
+    A signal this process was started with ignored stays ignored (``nohup pymtp serve``: SIGHUP)."""
     def handler(signum, _frame):
         raise Terminated(signum)
 
-    previous = {s: signal.signal(s, handler) for s in signums}
+    previous = {s: signal.signal(s, handler) for s in signums if signal.getsignal(s) != signal.SIG_IGN}
     try:
         yield
     finally:
