@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             raise PymtpError(f"no MTP head for {base.name}: pass --mtp-head (pymtp graft trains one)")
         head_path = Path(head["path"])
     out = Path(args.output)
-    if out.resolve() in ({head_path.resolve()} if head_path else set()) | {base.resolve()}:
+    if out.resolve() in {p.resolve() for p in (head_path, base) if p is not None}:
         raise InvalidArgumentError("-o must not be the head or the model itself")
 
     from pymtp.graft.tokenizer import Tokenizer

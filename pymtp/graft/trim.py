@@ -92,6 +92,14 @@ def _lm_head(head_reader, base_reader, layer: int):
     raise PymtpError("the base model has neither output.weight nor token_embd.weight")
 
 
+def _draft_tensors(src, ids: np.ndarray, head_name: str, d2t_name: str) -> dict:
+    """The rows ``ids`` of the LM head ``src`` as stored, and the row -> token map, for copy_gguf."""
+    n_vocab = int(src.shape[1])
+    if len(ids) >= n_vocab or ids.min() < 0 or ids.max() >= n_vocab:
+        raise PymtpError(f"draft vocabulary ids must be < {n_vocab} and fewer than {n_vocab}")
+    return {head_name: (np.asarray(src.data)[ids], src.tensor_type), d2t_name: (ids.astype(np.int32), None)}
+
+
 def trim_head(head, base, ids: np.ndarray, out, *, extra_provenance: dict | None = None) -> Path:
     """Write ``out``: the head-only GGUF ``head`` (of the dense base ``base``) with a draft
     vocabulary of the token ids ``ids`` in each of its MTP blocks."""
@@ -113,12 +121,7 @@ def trim_head(head, base, ids: np.ndarray, out, *, extra_provenance: dict | None
 
     new = {}
     for L in layers:
-        src = _lm_head(rh, rb, L)
-        n_vocab = int(src.shape[1])
-        if len(ids) >= n_vocab or ids.min() < 0 or ids.max() >= n_vocab:
-            raise PymtpError(f"draft vocabulary ids must be < {n_vocab} and fewer than {n_vocab}")
-        new[HEAD_NAME.format(L)] = (np.asarray(src.data)[ids], src.tensor_type)
-        new[D2T_NAME.format(L)] = (ids.astype(np.int32), None)
+        new.update(_draft_tensors(_lm_head(rh, rb, L), ids, HEAD_NAME.format(L), D2T_NAME.format(L)))
 
     # the measured acceptance was the untrimmed head's: it no longer applies
     return copy_gguf(head, out, provenance={"draft_vocab": int(len(ids)), **(extra_provenance or {})},
@@ -139,19 +142,10 @@ def draft_vocab_file(base, ids: np.ndarray, out, *, extra_provenance: dict | Non
     if n_nextn <= 0:
         raise PymtpError(f"{base.name} has no MTP layers of its own ({arch}.nextn_predict_layers)")
     n_all = int(_field(rb, f"{arch}.block_count"))
-    by_name = {t.name: t for t in rb.tensors}
     ids = np.asarray(ids, dtype=np.int64)
     new = {}
-    for L in range(n_all - n_nextn, n_all):
-        src = by_name.get(HEAD_NAME.format(L)) or by_name.get("output.weight") or by_name.get("token_embd.weight")
-        if src is None:
-            raise PymtpError(f"{base.name} has no LM head for MTP block {L} (nextn.shared_head_head, output or "
-                             "token_embd)")
-        n_vocab = int(src.shape[1])
-        if len(ids) >= n_vocab or ids.min() < 0 or ids.max() >= n_vocab:
-            raise PymtpError(f"draft vocabulary ids must be < {n_vocab} and fewer than {n_vocab}")
-        new[DRAFT_HEAD_NAME.format(L)] = (np.asarray(src.data)[ids], src.tensor_type)
-        new[D2T_NAME.format(L)] = (ids.astype(np.int32), None)
+    for L in range(n_all - n_nextn, n_all):   # the block's own LM head, else the model's (_lm_head)
+        new.update(_draft_tensors(_lm_head(rb, rb, L), ids, DRAFT_HEAD_NAME.format(L), D2T_NAME.format(L)))
     name = _field(rb, "general.name")
     return write_draft_vocab_gguf(
         out, arch, n_embd=int(_field(rb, f"{arch}.embedding_length")), n_layer_all=n_all, n_nextn=n_nextn,
