@@ -20,7 +20,7 @@ FAMILIES = [  # (substring of the kernel name, family), first match wins
     ("mul_mat_vec_q", "mat-vec (quantized)"), ("mul_mat_vec", "mat-vec (float)"), ("mul_mat_q", "mat-mat (mmq)"),
     ("quantize", "quantize activations"), ("flash_attn", "attention (flash)"), ("soft_max", "softmax"),
     ("gated_delta", "delta-net recurrence"), ("delta_net", "delta-net recurrence"), ("ssm_conv", "conv1d (GDN)"),
-    ("rms_norm", "norm"), ("l2_norm", "norm"), ("norm", "norm"), ("rope", "rope"), ("bin_bcast", "add/mul"),
+    ("norm", "norm"), ("rope", "rope"), ("bin_bcast", "add/mul"),
     ("set_rows", "copy / KV write"), ("cpy", "copy / KV write"), ("copy", "copy / KV write"),
     ("get_rows", "get_rows"), ("argsort", "MoE routing"), ("topk", "MoE routing"), ("argmax", "argmax"),
     ("gemm", "cuBLAS gemm"), ("cutlass", "cuBLAS gemm"), ("concat", "concat"), ("scale", "scale"),
@@ -36,7 +36,7 @@ ROLE_KIND = {  # GGUF tensor role -> layer kind
 }
 
 
-def weights(model: str, n_layer_trunk: int | None):
+def weights(model: str):
     """(qtype, rows) -> set of (role, kind) for the trunk's matrices."""
     import gguf
 
@@ -45,7 +45,7 @@ def weights(model: str, n_layer_trunk: int | None):
     nl = int(r.fields[f"{arch}.block_count"].parts[-1][0])
     key = f"{arch}.nextn_predict_layers"
     nextn = int(r.fields[key].parts[-1][0]) if key in r.fields else 0
-    n_trunk = n_layer_trunk or nl - nextn
+    n_trunk = nl - nextn
     out = defaultdict(set)
     for t in r.tensors:
         name = t.name
@@ -138,7 +138,7 @@ def main() -> int:
     ap.add_argument("--labels", default=None, help="column labels (default: the CSV names)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    wmap = weights(a.model, None)
+    wmap = weights(a.model)
     labels = a.labels.split(",") if a.labels else [c.rsplit("/", 1)[-1].removesuffix(".csv") for c in a.csvs]
     sums = [summarize(classify(read_csv(c), wmap)) for c in a.csvs]
     base = sums[0]["total_us"]
