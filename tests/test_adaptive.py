@@ -192,6 +192,27 @@ def test_long_drafts_when_drafting_is_cheap(tiny_model_path):
         assert sum(o.stats.n_accepted for o in outs) > 0
 
 
+def test_long_drafts_where_the_first_verify_row_is_the_dear_one(auto_pair):
+    """A GPU verify: the first extra row costs 0.6 of a plain step (a matmul instead of a mat-vec, a
+    change of decode size), each later one 0.02. Eight drafts at the acceptance measured here pay well,
+    so the controller drafts long: a rule weighing only the next draft against its own row cut every
+    first draft (the H100 27B regression: 198 drafts cut at the first position, 99% plain steps)."""
+    import ctypes
+
+    on, _ = auto_pair
+    sizes = (ctypes.c_double * 9)(*([1.0] + [1.6 + 0.02 * i for i in range(8)]))
+    on.set_synthetic_acceptance([0.95 ** (i + 1) for i in range(8)])
+    try:
+        on.rt.lib.llama_mtp_pin_adaptive_target_costs(on.rt.engine, sizes, 9, 0.02)
+        got = on.generate(PROMPTS[4], max_tokens=96)
+    finally:
+        on.set_synthetic_acceptance(None)
+        on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)
+    a = got.stats.adaptive
+    assert a["est_verify_ms"][0] == pytest.approx(1.6) and a["est_plain_ms"] == pytest.approx(1.0)
+    assert a["plain_share"] < 0.2 and a["mean_draft_length"] > 4, a
+
+
 # drafting cheap and each verified row dear: the controller keeps a draft only while the head is confident
 # (the top of q), so drafts are cut at every length and some steps end up plain
 CONFIDENCE_CUTS = (1.0, 0.02, 0.3)

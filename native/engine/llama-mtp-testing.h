@@ -29,6 +29,11 @@ LLAMA_API int32_t llama_mtp_set_synthetic_rates(struct llama_mtp * mtp, const fl
 LLAMA_API void llama_mtp_pin_adaptive_costs(struct llama_mtp * mtp, double plain_ms, double draft_ms,
                                             double verify_extra_ms);
 
+// TESTS ONLY: as above, with the target decode's time given per size: target_ms[n - 1] for a decode of
+// n = 1..n_sizes tokens (past n_sizes, each token adds what the last one did). n_sizes >= 2.
+LLAMA_API void llama_mtp_pin_adaptive_target_costs(struct llama_mtp * mtp, const double * target_ms, int32_t n_sizes,
+                                                   double draft_ms);
+
 // TESTS ONLY: what the controller has measured end to end, in tokens per ms, over windows of plain
 // steps and over windows where it drafted as it chose, and a new window chosen from them at once.
 // While pinned (above) nothing overwrites them. Drafting is vetoed while free windows run slower;

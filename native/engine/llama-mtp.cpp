@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 llama_mtp_params llama_mtp_default_params(void) {
     llama_mtp_params p{};
@@ -48,6 +50,9 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
             return nullptr;
         }
         m->batch_mtp = llama_batch_ext_init(ctx_mtp);
+        if (const char * trace = std::getenv("PYMTP_ADAPTIVE_TRACE"); trace != nullptr && *trace) {
+            m->ctrl.trace = std::fopen(trace, "a"); // diagnosis (mtp-adaptive.h); NULL: not traced
+        }
         llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
         llama_set_embeddings_nextn(ctx_mtp, true, /*masked*/ true);
         llama_set_nextn_layer_offset(ctx_mtp, 0);
@@ -69,6 +74,9 @@ void llama_mtp_free(llama_mtp * mtp) {
         llama_batch_ext_free(mtp->head_batch[j]);
     }
     mtp->set_backend_greedy(false); // the contexts outlive the engine
+    if (mtp->ctrl.trace) {
+        std::fclose(mtp->ctrl.trace);
+    }
     delete mtp;
 }
 
@@ -168,6 +176,7 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     if (m->ctx_mtp == nullptr || k < 0) {
         k = 0;
     }
+    int32_t k_plan = -1; // traced: what plan() allowed (-1: no plan this step)
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
         m->ctrl.load = 1;
         if (m->dormant) { // asleep: a plain step, as with MTP off
@@ -177,7 +186,8 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
                 m->wake(); // from the next step on
             }
         } else {
-            k = m->ctrl.plan(k); // the most this step drafts; it may stop earlier
+            k      = m->ctrl.plan(k); // the most this step drafts; it may stop earlier
+            k_plan = k;
             if (k > 0 && !m->ctrl.probing) {
                 m->ctrl.quiet_run = 0; // drafting chosen: awake, and the next sleep short again
                 m->ctrl.sleep_len = mtp::controller::SLEEP_MIN;
@@ -235,6 +245,8 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
         if (!m->dormant) {
             m->ctrl.stepped(n_out, gap + step_ms); // end to end, for the controller's windows
         }
+        m->ctrl.trace_step(k_plan, k, n_out, m->stats.t_draft_ms - draft_ms0, target_ms,
+                           m->stats.t_catchup_ms - catchup_ms0, gap, step_ms);
     }
     m->step_exit   = mtp::clock_type::now();
     m->step_exited = true;
@@ -337,6 +349,18 @@ void llama_mtp_pin_adaptive_costs(llama_mtp * m, double plain_ms, double draft_m
     if (m) {
         m->wake();
         m->ctrl.pin_costs(plain_ms, draft_ms, verify_extra_ms);
+    }
+}
+
+void llama_mtp_pin_adaptive_target_costs(llama_mtp * m, const double * target_ms, int32_t n_sizes, double draft_ms) {
+    if (m && target_ms && n_sizes >= 2) {
+        m->wake();
+        m->ctrl.pin_costs(target_ms[0], draft_ms, target_ms[1] - target_ms[0]);
+        const double extra = target_ms[n_sizes - 1] - target_ms[n_sizes - 2];
+        for (int32_t n = 1; n <= mtp::controller::K + 1; ++n) {
+            const double t           = n <= n_sizes ? target_ms[n - 1] : target_ms[n_sizes - 1] + extra * (n - n_sizes);
+            m->ctrl.target[0][n - 1] = mtp::running_mean{ t, 1000 };
+        }
     }
 }
 

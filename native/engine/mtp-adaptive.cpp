@@ -99,7 +99,8 @@ int32_t controller::plan(int32_t k_cap) {
     if (!on()) {
         return k_cap;
     }
-    k_cap = std::min(k_cap, k_max);
+    k_cap    = std::min(k_cap, k_max);
+    step_cap = k_cap;
     if (k_cap <= 0 || target_cost(1) <= 0.0) {
         plain = true; // nothing to draft, or the plain cost is not measured yet: a plain step measures it
         rate  = 0.0;
@@ -286,6 +287,26 @@ int32_t controller::plan_block(int32_t k_cap) {
     return k;
 }
 
+double controller::size_cost(int32_t n) const {
+    return target_cost(n) + switch_cost(n);
+}
+
+double controller::best_extension(int32_t i, double p, int32_t n_from) const {
+    // drafts i..j kept (j = i..step_cap-1): tokens P_i + .. + P_j, where P_i = p and later positions
+    // chain the learned rates (confidence unknown yet); time: the verify growing from n_from rows to
+    // j + 2, plus the draft decodes after draft i
+    const int32_t last = std::max(i, step_cap - 1);
+    double        best = -1e300;
+    double        gain = 0.0;
+    for (int32_t j = i; j <= last; ++j) {
+        gain += p;
+        const double cost = size_cost(j + 2) - size_cost(n_from) + (j - i) * draft_cost();
+        best              = std::max(best, gain - rate * cost);
+        p *= accept(j + 1, -1.0f);
+    }
+    return best;
+}
+
 bool controller::keep(int32_t i, float c, bool * more) {
     *more = true;
     if (!on()) {
@@ -301,20 +322,20 @@ bool controller::keep(int32_t i, float c, bool * more) {
         extending = false; // the explored draft stays, and is the last
         *more     = false;
     } else if (!probing) {
-        // a kept draft costs the extra verify row (and a change of decode size); it pays with probability p
-        const double dv =
-            std::max(0.0, target_cost(i + 2) + switch_cost(i + 2) - target_cost(i + 1) - switch_cost(i + 1));
-        if (p < rate * dv) {
+        // Draft i (already paid for) is kept if some length j >= i it leads to pays at rate R: the
+        // accepted tokens it can add against the verify rows and draft decodes it costs. Not only
+        // j = i: the first verify row often costs more than the later ones (a plain step is a mat-vec, a
+        // verify a small matmul; a change of decode size), so a rule that looks one draft ahead would
+        // stop at the first draft where eight would pay.
+        if (best_extension(i, p, i + 1) < 0.0) {
             n_cut++;
             *more = false;
             return false;
         }
-        // the next draft costs a draft decode and its verify row; it pays if it is accepted too
+        // the next draft costs a draft decode on top: drafted if some length past it pays
         const double p_next = p * accept(i + 1, -1.0f);
-        const double c_next = draft_cost() + std::max(0.0, target_cost(i + 3) + switch_cost(i + 3) -
-                                                               target_cost(i + 2) - switch_cost(i + 2));
-        *more               = p_next >= rate * c_next;
-        if (!*more && ++n_stops % 16 == 0) {
+        *more               = i + 1 < step_cap && best_extension(i + 1, p_next, i + 2) >= rate * draft_cost();
+        if (!*more && i + 1 < step_cap && ++n_stops % 16 == 0) {
             *more     = true; // explore one position further: its acceptance and verify size stay measured
             extending = true;
             n_extended++;
@@ -353,17 +374,44 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
     }
     load              = std::min(n_load, LOADS);
     auto &     t      = target[load - 1][n - 1];
+    bool &     seen   = steady_seen[load - 1][n - 1];
     const bool steady = n == n_prev[0] && n == n_prev[1];
-    if (!steady && t.n >= 3) {
-        switching.add(ms - t.v); // a size that just changed, over a steady one; signed: noise averages out
-    }
-    // a size seen only in isolation (probes) is timed as it comes until it has a few samples, and in
-    // free mode always (a change costs little there); block mode keeps steady timings apart
-    if (steady || t.n < 3 || !blocky()) {
+    // T(n) is what a decode of n costs where the size stays (a fixed length, a block); a decode whose
+    // size just changed is timed apart: its excess over T(n) is S. Mixing the two (as before) hid S
+    // where sizes change every step: T(n) took the changes in, and S measured ~0 against it.
+    if (steady) {
+        if (!seen) {
+            seen = true;
+            t    = running_mean{}; // the changed-size samples that stood in for it go
+        }
         t.add(t.n >= 3 ? std::min(ms, 4.0 * t.v) : ms); // one stalled decode does not move it far
+    } else if (seen && t.n >= 2) {
+        switching.add(ms - t.v); // signed: noise averages out
+    } else {
+        t.add(t.n >= 3 ? std::min(ms, 4.0 * t.v) : ms); // no steady decode of n yet: these stand in
     }
     n_prev[1] = n_prev[0];
     n_prev[0] = n;
+}
+
+void controller::trace_step(int32_t k_plan, int32_t k, int32_t n_out, double draft_ms, double target_ms,
+                            double catchup_ms, double gap_ms, double step_ms) {
+    if (trace == nullptr || !on()) {
+        return;
+    }
+    if (n_seen++ == 0) {
+        std::fprintf(trace, "step\tk_plan\tk\tn_out\tprobe\tplain_win\tcheck_win\thold\tblock_k\tdraft_ms\ttarget_ms\t"
+                            "catchup_ms\tgap_ms\tstep_ms\test_T1\test_Tk\test_D\test_S\test_W\test_O\trate\t"
+                            "real_plain\treal_draft\tvetoed\tclear\tblocky\tacc0\tacc3\n");
+    }
+    std::fprintf(trace,
+                 "%lld\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t"
+                 "%.3f\t%.5f\t%.5f\t%.5f\t%d\t%d\t%d\t%.3f\t%.3f\n",
+                 (long long) n_seen, k_plan, k, n_out, (int) probing, (int) window_plain, (int) window_check,
+                 (int) hold, block_k, draft_ms, target_ms, catchup_ms, gap_ms, step_ms, target_cost(1),
+                 target_cost(k + 1), draft_cost(), switching.v, catchup.v, overhead.v, rate, real_plain.get(),
+                 real_draft.get(), (int) vetoed(), (int) clear(), (int) blocky(), accept(0, -1.0f), accept(3, -1.0f));
+    std::fflush(trace);
 }
 
 void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra_ms) {
@@ -371,6 +419,9 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
         for (auto & t : row) {
             t = running_mean{};
         }
+    }
+    for (auto & row : steady_seen) {
+        std::fill(std::begin(row), std::end(row), false);
     }
     draft      = running_mean{};
     catchup    = running_mean{};
@@ -393,7 +444,8 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
         return;
     }
     for (int32_t n = 1; n <= K + 1; ++n) {
-        target[0][n - 1] = running_mean{ plain_ms + verify_extra_ms * (n - 1), 1000 };
+        target[0][n - 1]      = running_mean{ plain_ms + verify_extra_ms * (n - 1), 1000 };
+        steady_seen[0][n - 1] = true;
     }
     draft = running_mean{ draft_ms, 1000 };
     load  = 1;

@@ -16,20 +16,21 @@
 // A step that drafts k tokens is expected to emit E(k) = 1 + sum_{i<k} prod_{j<=i} a_j tokens in
 // C(k) = k D + T(k + 1) + W a_0. plan() takes the best ratio E/C over k = 0..k_cap as the rate R to
 // beat (renewal-reward: a decision pays when its expected tokens exceed R times its expected time).
-// Within the step, after each draft with confidence c, the draft is kept only if its probability of
-// acceptance (the chain so far times a(i, c)) pays for the extra verify cost at rate R, and the next
-// one is drafted only if its expected acceptance pays for D and its verify cost. So drafts run long on
-// easy text and stop on hard text. While plain decoding wins, the engine defers the MTP catch-up
-// (queued rows are written in one batch before drafting resumes) and the controller re-probes now and
-// then, rarely when drafting is far behind; while drafting wins it re-times a plain step now and then
-// the same way, and every 16th draft the rule stops goes one token further, so that the costs and
-// acceptance of the choices it does not make stay measured. Only speed depends on it: drafting never
-// changes output.
+// Within the step, after each draft with confidence c, the draft is kept only if some length it leads to
+// pays at rate R (its probability of acceptance, the chain so far times a(i, c), plus the later ones,
+// against the verify rows and draft decodes they add), and the next one is drafted only if the same
+// holds from it on. So drafts run long on easy text and stop on hard text. While plain decoding wins,
+// the engine defers the MTP catch-up (queued rows are written in one batch before drafting resumes)
+// and the controller re-probes now and then, rarely when drafting is far behind; while drafting wins
+// it re-times a plain step now and then the same way, and every 16th draft the rule stops goes one
+// token further, so that the costs and acceptance of the choices it does not make stay measured. Only
+// speed depends on it: drafting never changes output.
 
 #include "llama-mtp.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 namespace mtp {
@@ -98,7 +99,7 @@ struct controller {
     static constexpr int64_t SLEEP_MIN   = 1024;  // own loop: steps of the first sleep; a sleep whose waking finds
     static constexpr int64_t SLEEP_MAX   = 16384; //   nothing to draft doubles the next one, up to this
     static constexpr int64_t WAKE_PROBE  = 32;    // steps after waking (the MTP KV rebuilding) before a probe
-    static constexpr int32_t COLD_DRAFTS = 4;     // draft decodes after waking left untimed (new KV, new graphs)
+    static constexpr int32_t COLD_DRAFTS = 4;   // draft decodes left untimed at the start and after waking (new graphs)
     static constexpr double  CLEAR       = 1.3; // free windows this far above the modelled plain rate: no plain windows
     static constexpr double  CHECK_KEEP  = 0.5; // a check window (the policy behind) weighs this much more
 
@@ -106,14 +107,15 @@ struct controller {
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
 
     // ---- learned ----
-    running_mean  target[LOADS][K + 1]; // T(n) of the whole batch at load l + 1: index n - 1
-    running_mean  draft;                // D
-    running_mean  catchup;              // W
-    running_mean  overhead;             // O: a step's time outside the parts above (the caller's loop included)
-    running_mean  sampling;             // caller-decoded targets: sampling one verified row (the caller times
-                                        // only the decode; the engine's own loop times both together)
-    running_mean  switching;            // S: what a decode of a new size costs on top of a steady one (a GPU
-                                        // backend re-captures its graph: ~2 slow decodes after each change)
+    running_mean  target[LOADS][K + 1];           // T(n) of the whole batch at load l + 1: index n - 1 (steady decodes)
+    bool          steady_seen[LOADS][K + 1] = {}; // T(n) has steady samples (else changed-size ones stand in)
+    running_mean  draft;                          // D
+    running_mean  catchup;                        // W
+    running_mean  overhead;  // O: a step's time outside the parts above (the caller's loop included)
+    running_mean  sampling;  // caller-decoded targets: sampling one verified row (the caller times
+                             // only the decode; the engine's own loop times both together)
+    running_mean  switching; // S: what a decode of a new size costs on top of a steady one (a GPU
+                             // backend re-captures its graph: ~2 slow decodes after each change)
     decayed_rate  acc[MODES][K];
     decayed_rate  cal[MODES][K][BINS];
     // What the model cannot see (a GPU finishing one step's MTP catch-up during the next step, a catch-up
@@ -137,10 +139,10 @@ struct controller {
     // steps, rebuilds the MTP KV from there on (the head sees a shorter context at first: only speed
     // depends on it) and probes after WAKE_PROBE steps.
     int64_t       quiet_run       = 0; // own loop: steps since the controller last chose to draft (probes: quiet)
-    int64_t       sleep_len       = SLEEP_MIN; // the next sleep's length
-    int64_t       wake_probe      = 0;         // steps left until the probe after waking (0: none pending)
-    int32_t       cold_drafts     = 0;         // draft decodes after waking left untimed
-    bool          window_check    = false;     // the current window runs the policy that is behind
+    int64_t       sleep_len       = SLEEP_MIN;   // the next sleep's length
+    int64_t       wake_probe      = 0;           // steps left until the probe after waking (0: none pending)
+    int32_t       cold_drafts     = COLD_DRAFTS; // draft decodes left untimed (new graphs: at the start, after waking)
+    bool          window_check    = false;       // the current window runs the policy that is behind
     double        window_tok      = 0.0;
     double        window_ms       = 0.0;
 
@@ -152,6 +154,7 @@ struct controller {
     bool               probing    = false;
     bool               plain      = false; // this step drafts nothing (catch-up may be deferred)
     int32_t            pending    = 0;     // tokens of this sequence in the coming target decode (caller-decoded)
+    int32_t            step_cap   = 0;     // the most this step may draft (plan's cap)
     int32_t            n_prev[2]  = {};    // sizes of the last two target decodes of this sequence
     int64_t            plain_run  = 0;     // plain steps since the last drafting one
     int64_t            draft_run  = 0;     // drafting steps since the last plain one
@@ -220,6 +223,11 @@ struct controller {
     // one-off cost of a target decode of n tokens now: S when n differs from the last size
     double switch_cost(int32_t n) const;
 
+    // a target decode of n tokens of this sequence now: its estimated time and any change of size
+    double  size_cost(int32_t n) const;
+    // the best value (expected tokens - R x time) over the lengths j >= i a kept draft i leads to, where
+    // P(drafts 0..i all accepted) = p and the verify would otherwise hold n_from rows
+    double  best_extension(int32_t i, double p, int32_t n_from) const;
     // before drafting: the most tokens this step may draft (0: a plain step); k_cap is the caller's cap
     int32_t plan(int32_t k_cap);
     // after draft i (0-based) with confidence c: whether to keep it; *more: whether to draft another
@@ -253,6 +261,14 @@ struct controller {
     }
     // whether teacher-forced MTP rows may wait (plain decoding leads)
     bool defer_catchup() const { return on() && plain && !probing; }
+
+    // Diagnosis: with PYMTP_ADAPTIVE_TRACE=FILE in the environment, the engine's own loop appends one
+    // line per step to FILE (tab-separated, a header first): what was planned and drafted, the step's
+    // timed parts, and the estimates and window state the next choice starts from.
+    void trace_step(int32_t k_plan, int32_t k, int32_t n_out, double draft_ms, double target_ms, double catchup_ms,
+                    double gap_ms, double step_ms);
+    std::FILE * trace  = nullptr;
+    int64_t     n_seen = 0; // steps traced
 
     void pin_costs(double plain_ms, double draft_ms, double verify_extra_ms);
     void reset_stats();

@@ -1,0 +1,339 @@
+// pymtp: the adaptive draft controller (native/engine/mtp-adaptive.cpp, the real one, linked in) driven
+// through a simulated machine, step by step in the order llama_mtp_step calls it, next to every fixed
+// draft length on the same machine. Time is simulated, so a run is exact and repeatable: it shows what
+// the controller chooses where measuring on the device is slow and noisy (an H100 27B run costs minutes
+// of device time and its per-decode timings carry the previous step's unfinished GPU work).
+//
+// The machine (all times in ms, per step of one sequence):
+//   T(n)       a target decode of n tokens plus sampling its rows: plain_ms * V(n) + sample_ms * n
+//   S          a target decode whose size differs from the previous one costs S more (a GPU backend
+//              rebuilds its graph: the 27B shape on the H100 measured 4-6 ms)
+//   D          one draft decode
+//   W          the MTP catch-up after a step, per written row; async_share of it runs on the device after
+//              the step returned and lands in the next timed part (the next draft, or the next target decode)
+//   O          the caller's time between steps
+//   hidden_ms  what outputting the hidden state adds to a target decode while the MTP side is awake
+//   cold_ms    what each of the first cold_n draft decodes costs more (new graphs: at the start, after waking)
+// Acceptance: synthetic per-position rates (unconditional, as `pymtp bench --synthetic-rates`).
+// Timings get multiplicative noise (jitter) from a seeded generator.
+//
+// Usage: controller_sim key=value ...  (see main() for the keys); prints one JSON object.
+
+#include "mtp-adaptive.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct machine {
+    double              plain_ms    = 12.7;
+    std::vector<double> v           = { 1.0, 1.08, 1.22, 1.44, 1.55, 1.74, 1.92, 2.09, 2.2 }; // V(1..9)
+    double              sample_ms   = 0.3;
+    double              switch_ms   = 5.0;
+    double              draft_ms    = 1.0;
+    double              row_ms      = 0.25;
+    double              catchup_ms  = 0.5; // per catch-up decode, on top of its rows
+    double              async_share = 0.8;
+    double              caller_ms   = 0.1;
+    double              hidden_ms   = 0.2;
+    double              jitter      = 0.03;
+    std::vector<double> rates       = { 0.917, 0.837, 0.648, 0.538, 0.451, 0.348 };
+    float               conf        = -1.0f; // the head's confidence reported with each draft (< 0: none)
+    double              cold_ms     = 24.0;  // the first draft decodes of a new MTP context (and after waking)
+    int32_t             cold_n      = 2;     //   cost this much more each (graphs built; H100 27B: 25 ms vs 1)
+
+    double V(int32_t n) const {
+        if (n <= (int32_t) v.size()) {
+            return v[n - 1];
+        }
+        const double slope = v.size() >= 2 ? v.back() - v[v.size() - 2] : 0.2;
+        return v.back() + slope * (n - (int32_t) v.size());
+    }
+    // P(draft i accepted | the drafts before it were)
+    double cond(int32_t i) const {
+        if (rates.empty()) {
+            return 0.0;
+        }
+        auto at = [&](int32_t j) -> double {
+            if (j < (int32_t) rates.size()) {
+                return rates[j];
+            }
+            const double last = rates.back();
+            const double ratio =
+                rates.size() >= 2 && rates[rates.size() - 2] > 0 ? last / rates[rates.size() - 2] : last;
+            return last * std::pow(ratio, j - (int32_t) rates.size() + 1);
+        };
+        const double prev = i == 0 ? 1.0 : at(i - 1);
+        return prev > 0.0 ? std::min(1.0, at(i) / prev) : 0.0;
+    }
+};
+
+struct result {
+    double  tokens                        = 0.0;
+    double  ms                            = 0.0;
+    int64_t steps                         = 0;
+    int64_t drafted                       = 0;
+    int64_t accepted                      = 0;
+    int64_t hist[LLAMA_MTP_MAX_DRAFT + 1] = {};
+};
+
+class sim {
+  public:
+    sim(const machine & m, uint32_t seed) : m(m), rng(seed) {}
+
+    // fixed_k < 0: the controller (k_max = cap); otherwise every step drafts fixed_k (controller off)
+    result run(int32_t fixed_k, int32_t cap, int64_t n_tokens, bool plain_only) {
+        mtp::controller c;
+        c.k_max = fixed_k < 0 ? cap : 0;
+        result r;
+        cold_left          = m.cold_n;
+        bool    dormant    = false;
+        int64_t sleep_left = 0;
+        while (r.tokens < n_tokens) {
+            const double gap     = noisy(m.caller_ms);
+            double       step_ms = 0.0, parts = 0.0;
+            int32_t      k = plain_only ? 0 : fixed_k < 0 ? cap : fixed_k;
+            if (!plain_only && c.on()) {
+                c.load = 1;
+                if (dormant) {
+                    k = 0;
+                    c.n_dormant++;
+                    if (--sleep_left <= 0) { // wake
+                        dormant       = false;
+                        c.wake_probe  = mtp::controller::WAKE_PROBE;
+                        c.cold_drafts = mtp::controller::COLD_DRAFTS;
+                        c.window_left = 0;
+                        cold_left     = m.cold_n;
+                    }
+                } else {
+                    k = c.plan(k);
+                    if (k > 0 && !c.probing) {
+                        c.quiet_run = 0;
+                        c.sleep_len = mtp::controller::SLEEP_MIN;
+                    } else if (++c.quiet_run >= mtp::controller::QUIET && k == 0) {
+                        dormant     = true; // the queue and the MTP KV are dropped
+                        queue       = 0;
+                        sleep_left  = c.sleep_len;
+                        c.sleep_len = std::min(2 * c.sleep_len, mtp::controller::SLEEP_MAX);
+                        c.quiet_run = 0;
+                    }
+                }
+            }
+            if (k > 0 && queue > 0) { // flush_deferred
+                const double w = write_rows(queue);
+                step_ms += w;
+                parts += w;
+                queue = 0;
+            }
+            // drafting
+            int32_t kd = 0;
+            for (int32_t i = 0; i < k; ++i) {
+                double t = noisy(m.draft_ms) + take_pending();
+                if (cold_left > 0) { // new graphs (the first drafts, and after waking)
+                    cold_left--;
+                    t += m.cold_ms;
+                }
+                step_ms += t;
+                parts += t;
+                c.timed_draft(t);
+                bool more = true;
+                if (!c.keep(i, m.conf, &more)) {
+                    break;
+                }
+                kd++;
+                if (!more) {
+                    break;
+                }
+            }
+            c.drafted(kd);
+            // verify
+            const int32_t n = kd + 1;
+            double        t = noisy(m.plain_ms * m.V(n) + m.sample_ms * n) + (n != prev_n ? m.switch_ms : 0.0) +
+                              (dormant || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending();
+            prev_n          = n;
+            int32_t n_acc   = 0;
+            while (n_acc < kd && u(rng) < m.cond(n_acc)) {
+                n_acc++;
+            }
+            const int32_t n_out = n_acc + 1;
+            c.verified(kd, n_acc);
+            c.timed_target(n, 1, t);
+            step_ms += t;
+            parts += t;
+            // catch-up
+            if (!dormant && !plain_only && mtp_on(fixed_k)) {
+                queue += n_out;
+                if (c.defer_catchup() && queue < mtp::controller::QUEUE) {
+                    c.n_deferred += n_out;
+                } else {
+                    const double w = write_rows(queue);
+                    queue          = 0;
+                    step_ms += w;
+                    parts += w;
+                    if (n_out > 1 && c.on()) {
+                        c.catchup.add(w);
+                    }
+                }
+            }
+            c.timed_overhead(gap + std::max(0.0, step_ms - parts));
+            if (!dormant) {
+                c.stepped(n_out, gap + step_ms);
+            }
+            r.ms += gap + step_ms;
+            r.tokens += n_out;
+            r.steps++;
+            r.drafted += kd;
+            r.accepted += n_acc;
+            r.hist[std::min(kd, (int32_t) LLAMA_MTP_MAX_DRAFT)]++;
+        }
+        r.ms += take_pending();
+        last = c;
+        return r;
+    }
+
+    mtp::controller last;
+
+  private:
+    static bool mtp_on(int32_t fixed_k) { return fixed_k != 0; }
+
+    double noisy(double ms) { return ms * (1.0 + m.jitter * (2.0 * u(rng) - 1.0)); }
+
+    // a catch-up decode of n rows: the host part now, the rest lands in the next timed part
+    double write_rows(int32_t n) {
+        const double w = noisy(m.catchup_ms + m.row_ms * n);
+        pending += m.async_share * w;
+        return (1.0 - m.async_share) * w;
+    }
+
+    double take_pending() {
+        const double p = pending;
+        pending        = 0.0;
+        return p;
+    }
+
+    const machine &                        m;
+    std::mt19937                           rng;
+    std::uniform_real_distribution<double> u{ 0.0, 1.0 };
+    double                                 pending   = 0.0;
+    int32_t                                queue     = 0;
+    int32_t                                prev_n    = 1;
+    int32_t                                cold_left = 0;
+};
+
+std::vector<double> parse_list(const char * s) {
+    std::vector<double> out;
+    for (const char * p = s; *p;) {
+        char * end = nullptr;
+        out.push_back(std::strtod(p, &end));
+        p = *end == ',' ? end + 1 : end;
+        if (end == p && *p) {
+            break;
+        }
+    }
+    return out;
+}
+
+void print_result(const char * name, const result & r, double plain_rate, bool comma) {
+    std::printf("    \"%s\": {\"tok_per_ms\": %.6f, \"speedup\": %.4f, \"tokens_per_step\": %.4f, \"steps_per_k\": [",
+                name, r.tokens / r.ms, r.tokens / r.ms / plain_rate, r.tokens / std::max<int64_t>(1, r.steps));
+    int32_t last = 0;
+    for (int32_t k = 0; k <= LLAMA_MTP_MAX_DRAFT; ++k) {
+        if (r.hist[k]) {
+            last = k;
+        }
+    }
+    for (int32_t k = 0; k <= std::max(last, 8); ++k) {
+        std::printf("%s%lld", k ? ", " : "", (long long) r.hist[k]);
+    }
+    std::printf("]}%s\n", comma ? "," : "");
+}
+
+} // namespace
+
+int main(int argc, char ** argv) {
+    machine  m;
+    int64_t  n_tokens = 1024;
+    int32_t  cap      = 8;
+    int32_t  max_k    = 8;
+    uint32_t seed     = 1;
+    for (int i = 1; i < argc; ++i) {
+        const char * eq = std::strchr(argv[i], '=');
+        if (eq == nullptr) {
+            std::fprintf(stderr, "controller_sim: expected key=value, got '%s'\n", argv[i]);
+            return 2;
+        }
+        const std::string key(argv[i], eq - argv[i]);
+        const char *      val = eq + 1;
+        if (key == "plain_ms")
+            m.plain_ms = std::atof(val);
+        else if (key == "v")
+            m.v = parse_list(val);
+        else if (key == "sample_ms")
+            m.sample_ms = std::atof(val);
+        else if (key == "switch_ms")
+            m.switch_ms = std::atof(val);
+        else if (key == "draft_ms")
+            m.draft_ms = std::atof(val);
+        else if (key == "row_ms")
+            m.row_ms = std::atof(val);
+        else if (key == "catchup_ms")
+            m.catchup_ms = std::atof(val);
+        else if (key == "async_share")
+            m.async_share = std::atof(val);
+        else if (key == "caller_ms")
+            m.caller_ms = std::atof(val);
+        else if (key == "hidden_ms")
+            m.hidden_ms = std::atof(val);
+        else if (key == "jitter")
+            m.jitter = std::atof(val);
+        else if (key == "rates")
+            m.rates = parse_list(val);
+        else if (key == "conf")
+            m.conf = (float) std::atof(val);
+        else if (key == "cold_ms")
+            m.cold_ms = std::atof(val);
+        else if (key == "cold_n")
+            m.cold_n = std::atoi(val);
+        else if (key == "tokens")
+            n_tokens = std::atoll(val);
+        else if (key == "cap")
+            cap = std::atoi(val);
+        else if (key == "max_k")
+            max_k = std::atoi(val);
+        else if (key == "seed")
+            seed = (uint32_t) std::atoi(val);
+        else {
+            std::fprintf(stderr, "controller_sim: unknown key '%s'\n", key.c_str());
+            return 2;
+        }
+    }
+    sim          s(m, seed);
+    const result plain      = s.run(0, 0, n_tokens, true);
+    const double plain_rate = plain.tokens / plain.ms;
+    std::printf("{\n  \"runs\": {\n");
+    print_result("off", plain, plain_rate, true);
+    for (int32_t k = 1; k <= max_k; ++k) {
+        const std::string name = "k=" + std::to_string(k);
+        print_result(name.c_str(), s.run(k, k, n_tokens, false), plain_rate, true);
+    }
+    const result a = s.run(-1, cap, n_tokens, false);
+    print_result("auto", a, plain_rate, false);
+    const auto & c = s.last;
+    std::printf("  },\n  \"auto\": {\"probes\": %lld, \"cut\": %lld, \"extended\": %lld, \"vetoed\": %lld, "
+                "\"dormant\": %lld, \"blocks\": %lld, \"blocky\": %s, \"est_switch_ms\": %.3f, \"est_draft_ms\": %.3f, "
+                "\"est_target_ms\": [",
+                (long long) c.n_probes, (long long) c.n_cut, (long long) c.n_extended, (long long) c.n_vetoed,
+                (long long) c.n_dormant, (long long) c.n_blocks, c.blocky() ? "true" : "false",
+                std::max(0.0, c.switching.v), c.draft_cost());
+    for (int32_t n = 1; n <= cap + 1; ++n) {
+        std::printf("%s%.3f", n > 1 ? ", " : "", c.target_cost(n));
+    }
+    std::printf("], \"realized_plain\": %.5f, \"realized_draft\": %.5f}\n}\n", c.real_plain.get(), c.real_draft.get());
+    return 0;
+}

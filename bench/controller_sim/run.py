@@ -1,0 +1,90 @@
+"""Build and run the adaptive controller's simulator (controller_sim.cpp) on a machine described by
+key=value settings; prints its JSON, or a table with --table.
+
+    python bench/controller_sim/run.py                        # the H100 27B shape as measured
+    python bench/controller_sim/run.py --preset smol-h100 --table
+    python bench/controller_sim/run.py switch_ms=0 v=1,1.45,1.5,1.6 --table
+
+The real controller (native/engine/mtp-adaptive.cpp) is compiled in; only the machine is simulated,
+so a change to the controller can be tried on the shapes that the device measured, in seconds and
+without its noise. Speed claims still come from `pymtp bench` on the device."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+# Machines as measured (docs/benchmarks.md): the H100 with the qwen35 27B shape (V(n) of the target's
+# own forward from step_cost.py, D 0.07-0.08 plain steps, a size change 4-6 ms of host time), the
+# built-in SmolLM2 on the H100 (pymtp bench: D 0.18-0.21, V(2) 1.19, acceptance of the shipped head),
+# and a 2-core CPU where drafting loses (V(2) ~1.8).
+PRESETS = {
+    "27b-h100": [],
+    "smol-h100": ["plain_ms=1.25", "v=1,1.2,1.35,1.5,1.65,1.8,1.95,2.1,2.25", "sample_ms=0.02", "switch_ms=0.5",
+                  "draft_ms=0.25", "row_ms=0.01", "catchup_ms=0.2", "hidden_ms=0.03", "rates=0.57,0.2,0.07,0.02",
+                  "tokens=4096"],
+    "cpu-loses": ["plain_ms=30", "v=1,1.8,2.6,3.4,4.2,5,5.8,6.6,7.4", "sample_ms=0.05", "switch_ms=1",
+                  "draft_ms=3.5", "row_ms=1", "catchup_ms=1", "async_share=0", "hidden_ms=0.5"],
+}
+
+
+def build(out_dir: Path | None = None) -> Path:
+    """Compile the simulator with the engine's controller; returns the executable's path."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        raise RuntimeError("controller_sim: no C++ compiler (c++, g++ or clang++) on PATH")
+    llama = REPO / "vendor" / "llama.cpp"
+    if not (llama / "include" / "llama.h").is_file():
+        raise RuntimeError(f"controller_sim: {llama} has no include/llama.h; build pymtp first (it fetches the tree)")
+    out_dir = Path(out_dir or tempfile.mkdtemp(prefix="controller-sim-"))
+    exe = out_dir / "controller_sim"
+    cmd = [cxx, "-O2", "-std=c++17", f"-I{REPO / 'native' / 'engine'}", f"-I{REPO / 'native' / 'include'}",
+           f"-I{llama / 'include'}", f"-I{llama / 'ggml' / 'include'}", str(HERE / "controller_sim.cpp"),
+           str(REPO / "native" / "engine" / "mtp-adaptive.cpp"), "-o", str(exe)]
+    subprocess.run(cmd, check=True)
+    return exe
+
+
+def simulate(settings: list[str], exe: Path | None = None) -> dict:
+    exe = exe or build()
+    out = subprocess.run([str(exe), *settings], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def table(res: dict) -> str:
+    lines = [f"{'config':8} {'tok/ms':>8} {'speedup':>8} {'tok/step':>8}  steps per draft length"]
+    for name, r in res["runs"].items():
+        lines.append(f"{name:8} {r['tok_per_ms']:8.4f} {r['speedup']:7.3f}x {r['tokens_per_step']:8.2f}  "
+                     f"{r['steps_per_k']}")
+    best = max((r["speedup"], n) for n, r in res["runs"].items() if n.startswith("k="))
+    auto = res["runs"]["auto"]["speedup"]
+    lines.append(f"auto / best fixed ({best[1]}): {auto / best[0]:.3f}; controller: "
+                 + json.dumps({k: v for k, v in res["auto"].items() if k != "est_target_ms"}))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="27b-h100",
+                    help="a measured machine to start from (default: 27b-h100); settings after it override")
+    ap.add_argument("--table", action="store_true", help="print a table instead of JSON")
+    ap.add_argument("settings", nargs="*", metavar="KEY=VALUE",
+                    help="plain_ms, v (V(1),V(2),..), sample_ms, switch_ms, draft_ms, row_ms, catchup_ms, "
+                         "async_share, caller_ms, hidden_ms, cold_ms, cold_n, jitter, rates, conf, tokens, cap, "
+                         "max_k, seed (controller_sim.cpp says what each is)")
+    args = ap.parse_args(argv)
+    res = simulate(PRESETS[args.preset] + args.settings)
+    print(table(res) if args.table else json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
