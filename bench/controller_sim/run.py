@@ -25,12 +25,16 @@ REPO = HERE.parents[1]
 # Machines as measured (docs/benchmarks.md): the H100 with the qwen35 27B shape (V(n) of the target's
 # own forward from step_cost.py, D 0.07-0.08 plain steps, a size change 4-6 ms of host time), the
 # built-in SmolLM2 on the H100 (pymtp bench: D 0.18-0.21, V(2) 1.19, acceptance of the shipped head),
-# and a 2-core CPU where drafting loses (V(2) ~1.8).
+# the built-in model on this 2-core CPU (D 0.33, V(2) 1.7, a size change ~2 ms), and a 2-core CPU
+# where drafting loses by more (V(2) ~1.8, D 0.12 of a larger model).
 PRESETS = {
     "27b-h100": [],
     "smol-h100": ["plain_ms=1.25", "v=1,1.2,1.35,1.5,1.65,1.8,1.95,2.1,2.25", "sample_ms=0.02", "switch_ms=0.5",
                   "draft_ms=0.25", "row_ms=0.01", "catchup_ms=0.2", "hidden_ms=0.03", "rates=0.57,0.2,0.07,0.02",
                   "tokens=4096"],
+    "smol-cpu": ["plain_ms=11", "v=1,1.7,2.3,2.9,3.5,4.1,4.7,5.3,5.9", "sample_ms=0.05", "switch_ms=2",
+                 "draft_ms=3.6", "row_ms=0.3", "catchup_ms=1", "async_share=0", "hidden_ms=0.2", "cold_ms=5",
+                 "rates=0.58,0.2,0.07,0.02", "tokens=4096"],
     "cpu-loses": ["plain_ms=30", "v=1,1.8,2.6,3.4,4.2,5,5.8,6.6,7.4", "sample_ms=0.05", "switch_ms=1",
                   "draft_ms=3.5", "row_ms=1", "catchup_ms=1", "async_share=0", "hidden_ms=0.5"],
 }

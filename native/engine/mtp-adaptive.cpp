@@ -263,19 +263,24 @@ int32_t controller::plan_block(int32_t k_cap) {
         // neighbours: an unmeasured one every 2nd block (so the lengths around the choice are soon
         // measured and the choice climbs to the best), otherwise every 8th block in turn k+1, k-1, plain
         // (only where blocks are timed: the engine's own loop; llama-server's slots keep every 8th)
+        // A measured neighbour far behind (the model's rates) is tried rarely: each such block costs in
+        // proportion to the gap (the CPU, plain far ahead: a k=1 block every 8th had cost ~3%).
         const bool    up_new = own_loop && best_k + 1 <= k_cap && !known(best_k + 1);
         const bool    dn_new = own_loop && best_k >= 1 && !known(best_k - 1);
-        const int64_t every  = up_new || dn_new ? 2 : 8;
-        if (++n_blocks % every == 0) {
-            const int32_t turn = (int32_t) (n_blocks / 8 % 3);
-            const int32_t alt  = up_new    ? best_k + 1 :
-                                 dn_new    ? best_k - 1 :
-                                 turn == 0 ? best_k + 1 :
-                                 turn == 1 ? best_k - 1 :
-                                             0;
-            if (alt >= 0 && alt <= k_cap && alt != best_k) {
-                block_k = alt;
-                probing = true;
+        const int32_t turn   = (int32_t) (n_blocks / 8 % 3);
+        const int32_t alt    = up_new    ? best_k + 1 :
+                               dn_new    ? best_k - 1 :
+                               turn == 0 ? best_k + 1 :
+                               turn == 1 ? best_k - 1 :
+                                           0;
+        n_blocks++;
+        if (alt >= 0 && alt <= k_cap && alt != best_k) {
+            const double  gap   = ratio(best_k) / std::max(ratio(alt), 1e-12);
+            const int64_t every = up_new || dn_new ? 2 : (int64_t) (8.0 * std::clamp(std::pow(gap, 8.0), 1.0, 16.0));
+            if (++blk_since_probe >= every) {
+                blk_since_probe = 0;
+                block_k         = alt;
+                probing         = true;
                 n_probes++;
             }
         }
@@ -379,16 +384,22 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
     // T(n) is what a decode of n costs where the size stays (a fixed length, a block); a decode whose
     // size just changed is timed apart: its excess over T(n) is S. Mixing the two (as before) hid S
     // where sizes change every step: T(n) took the changes in, and S measured ~0 against it.
+    auto       add    = [&](double x) { t.add(t.n >= 3 ? std::min(x, 4.0 * t.v) : x); }; // one stalled decode: not far
     if (steady) {
         if (!seen) {
             seen = true;
             t    = running_mean{}; // the changed-size samples that stood in for it go
         }
-        t.add(t.n >= 3 ? std::min(ms, 4.0 * t.v) : ms); // one stalled decode does not move it far
-    } else if (seen && t.n >= 2) {
-        switching.add(ms - t.v); // signed: noise averages out
+        add(ms);
+    } else if (!seen) {
+        add(ms); // no steady decode of n yet: these stand in
     } else {
-        t.add(t.n >= 3 ? std::min(ms, 4.0 * t.v) : ms); // no steady decode of n yet: these stand in
+        if (t.n >= 2) {
+            switching.add(ms - t.v); // signed: noise averages out
+        }
+        // less the change's cost, these follow drift too (a size may run steady only now and then: a
+        // machine under other load would otherwise keep its T(n) from a quieter time)
+        add(std::max(0.0, ms - std::max(0.0, switching.v)));
     }
     n_prev[1] = n_prev[0];
     n_prev[0] = n;

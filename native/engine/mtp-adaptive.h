@@ -147,23 +147,24 @@ struct controller {
     double        window_ms       = 0.0;
 
     // ---- the current step ----
-    int32_t            mode       = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
-    int32_t            load       = 1;   // sequences in the target batch (last reported)
-    double             rate       = 0.0; // R: tokens per ms the step must beat
-    double             p_all      = 1.0; // probability that every draft kept so far is accepted
-    bool               probing    = false;
-    bool               plain      = false; // this step drafts nothing (catch-up may be deferred)
-    int32_t            pending    = 0;     // tokens of this sequence in the coming target decode (caller-decoded)
-    int32_t            step_cap   = 0;     // the most this step may draft (plan's cap)
-    int32_t            n_prev[2]  = {};    // sizes of the last two target decodes of this sequence
-    int64_t            plain_run  = 0;     // plain steps since the last drafting one
-    int64_t            draft_run  = 0;     // drafting steps since the last plain one
-    int64_t            n_stops    = 0;     // drafts stopped by the rule (every 16th goes one further)
-    bool               extending  = false; // this draft explores one position past the rule's stop
-    bool               hold       = false; // block mode: this step drafts exactly its planned length
-    int32_t            block_k    = -1;    // block mode: the draft length of the current block
-    int32_t            block_left = 0;     // block mode: steps left in it
-    int64_t            n_blocks   = 0;
+    int32_t            mode            = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
+    int32_t            load            = 1;   // sequences in the target batch (last reported)
+    double             rate            = 0.0; // R: tokens per ms the step must beat
+    double             p_all           = 1.0; // probability that every draft kept so far is accepted
+    bool               probing         = false;
+    bool               plain           = false; // this step drafts nothing (catch-up may be deferred)
+    int32_t            pending         = 0;     // tokens of this sequence in the coming target decode (caller-decoded)
+    int32_t            step_cap        = 0;     // the most this step may draft (plan's cap)
+    int32_t            n_prev[2]       = {};    // sizes of the last two target decodes of this sequence
+    int64_t            plain_run       = 0;     // plain steps since the last drafting one
+    int64_t            draft_run       = 0;     // drafting steps since the last plain one
+    int64_t            n_stops         = 0;     // drafts stopped by the rule (every 16th goes one further)
+    bool               extending       = false; // this draft explores one position past the rule's stop
+    bool               hold            = false; // block mode: this step drafts exactly its planned length
+    int32_t            block_k         = -1;    // block mode: the draft length of the current block
+    int32_t            block_left      = 0;     // block mode: steps left in it
+    int64_t            n_blocks        = 0;
+    int64_t            blk_since_probe = 0; // block mode: blocks since one tried a neighbour
     realized_rate      blk[K + 1];      // block mode, own loop: tokens per ms realized by recent blocks of each length
     double             blk_tok   = 0.0; // the current block so far (end to end, the caller's time included)
     double             blk_ms    = 0.0;
