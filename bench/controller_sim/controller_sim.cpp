@@ -21,12 +21,15 @@
 
 #include "mtp-adaptive.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -268,50 +271,36 @@ int main(int argc, char ** argv) {
             std::fprintf(stderr, "controller_sim: expected key=value, got '%s'\n", argv[i]);
             return 2;
         }
-        const std::string key(argv[i], eq - argv[i]);
-        const char *      val = eq + 1;
-        if (key == "plain_ms")
-            m.plain_ms = std::atof(val);
-        else if (key == "v")
-            m.v = parse_list(val);
-        else if (key == "sample_ms")
-            m.sample_ms = std::atof(val);
-        else if (key == "switch_ms")
-            m.switch_ms = std::atof(val);
-        else if (key == "draft_ms")
-            m.draft_ms = std::atof(val);
-        else if (key == "row_ms")
-            m.row_ms = std::atof(val);
-        else if (key == "catchup_ms")
-            m.catchup_ms = std::atof(val);
-        else if (key == "async_share")
-            m.async_share = std::atof(val);
-        else if (key == "caller_ms")
-            m.caller_ms = std::atof(val);
-        else if (key == "hidden_ms")
-            m.hidden_ms = std::atof(val);
-        else if (key == "jitter")
-            m.jitter = std::atof(val);
-        else if (key == "rates")
-            m.rates = parse_list(val);
-        else if (key == "conf")
-            m.conf = (float) std::atof(val);
-        else if (key == "cold_ms")
-            m.cold_ms = std::atof(val);
-        else if (key == "cold_n")
-            m.cold_n = std::atoi(val);
-        else if (key == "tokens")
-            n_tokens = std::atoll(val);
-        else if (key == "cap")
-            cap = std::atoi(val);
-        else if (key == "max_k")
-            max_k = std::atoi(val);
-        else if (key == "seed")
-            seed = (uint32_t) std::atoi(val);
-        else {
+        const std::string                                                key(argv[i], eq - argv[i]);
+        const char *                                                     val    = eq + 1;
+        // one setter per key: the machine's costs (ms), its lists, and the run's own settings
+        const std::pair<const char *, std::function<void(const char *)>> keys[] = {
+            { "plain_ms", [&](const char * x) { m.plain_ms       = std::atof(x); } },
+            { "v", [&](const char * x) { m.v                     = parse_list(x); } },
+            { "sample_ms", [&](const char * x) { m.sample_ms     = std::atof(x); } },
+            { "switch_ms", [&](const char * x) { m.switch_ms     = std::atof(x); } },
+            { "draft_ms", [&](const char * x) { m.draft_ms       = std::atof(x); } },
+            { "row_ms", [&](const char * x) { m.row_ms           = std::atof(x); } },
+            { "catchup_ms", [&](const char * x) { m.catchup_ms   = std::atof(x); } },
+            { "async_share", [&](const char * x) { m.async_share = std::atof(x); } },
+            { "caller_ms", [&](const char * x) { m.caller_ms     = std::atof(x); } },
+            { "hidden_ms", [&](const char * x) { m.hidden_ms     = std::atof(x); } },
+            { "jitter", [&](const char * x) { m.jitter           = std::atof(x); } },
+            { "rates", [&](const char * x) { m.rates             = parse_list(x); } },
+            { "conf", [&](const char * x) { m.conf               = (float) std::atof(x); } },
+            { "cold_ms", [&](const char * x) { m.cold_ms         = std::atof(x); } },
+            { "cold_n", [&](const char * x) { m.cold_n           = std::atoi(x); } },
+            { "tokens", [&](const char * x) { n_tokens           = std::atoll(x); } },
+            { "cap", [&](const char * x) { cap                   = std::atoi(x); } },
+            { "max_k", [&](const char * x) { max_k               = std::atoi(x); } },
+            { "seed", [&](const char * x) { seed                 = (uint32_t) std::atoi(x); } },
+        };
+        const auto * k = std::find_if(std::begin(keys), std::end(keys), [&](const auto & e) { return key == e.first; });
+        if (k == std::end(keys)) {
             std::fprintf(stderr, "controller_sim: unknown key '%s'\n", key.c_str());
             return 2;
         }
+        k->second(val);
     }
     sim          s(m, seed);
     const result plain      = s.run(0, 0, n_tokens, true);

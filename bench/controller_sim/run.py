@@ -59,8 +59,10 @@ def build(out_dir: Path | None = None) -> Path:
 
 def simulate(settings: list[str], exe: Path | None = None) -> dict:
     exe = exe or build()
-    out = subprocess.run([str(exe), *settings], check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    r = subprocess.run([str(exe), *settings], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ValueError(r.stderr.strip() or f"controller_sim exited with {r.returncode}")
+    return json.loads(r.stdout)
 
 
 def table(res: dict) -> str:
@@ -85,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
                          "async_share, caller_ms, hidden_ms, cold_ms, cold_n, jitter, rates, conf, tokens, cap, "
                          "max_k, seed (controller_sim.cpp says what each is)")
     args = ap.parse_args(argv)
-    res = simulate(PRESETS[args.preset] + args.settings)
+    try:
+        res = simulate(PRESETS[args.preset] + args.settings)
+    except ValueError as e:
+        ap.error(str(e))
     print(table(res) if args.table else json.dumps(res, indent=2))
     return 0
 

@@ -301,11 +301,13 @@ double controller::best_extension(int32_t i, double p, int32_t n_from) const {
     // chain the learned rates (confidence unknown yet); time: the verify growing from n_from rows to
     // j + 2, plus the draft decodes after draft i
     const int32_t last = std::max(i, step_cap - 1);
+    const double  base = size_cost(n_from);
+    const double  d    = draft_cost();
     double        best = -1e300;
     double        gain = 0.0;
     for (int32_t j = i; j <= last; ++j) {
         gain += p;
-        const double cost = size_cost(j + 2) - size_cost(n_from) + (j - i) * draft_cost();
+        const double cost = size_cost(j + 2) - base + (j - i) * d;
         best              = std::max(best, gain - rate * cost);
         p *= accept(j + 1, -1.0f);
     }
