@@ -7,13 +7,20 @@
 // The machine (all times in ms, per step of one sequence):
 //   T(n)       a target decode of n tokens plus sampling its rows: plain_ms * V(n) + sample_ms * n
 //   S          a target decode whose size differs from the previous one costs S more (a GPU backend
-//              rebuilds its graph: the 27B shape on the H100 measured 4-6 ms)
+//              rebuilds its graph: the 27B shape on the H100 measured 4-6 ms before patch 0011 kept one
+//              CUDA graph per shape, ~0.4 ms since)
+//   new_size   the first decode of each size costs new_size_ms more (a graph built and captured: the 27B
+//              shape, a first 5-token verify 28 ms against 22 ms warm)
 //   D          one draft decode
 //   W          the MTP catch-up after a step, per written row; async_share of it runs on the device after
 //              the step returned and lands in the next timed part (the next draft, or the next target decode)
 //   O          the caller's time between steps
 //   hidden_ms  what outputting the hidden state adds to a target decode while the MTP side is awake
 //   cold_ms    what each of the first cold_n draft decodes costs more (new graphs: at the start, after waking)
+//   prompt     tokens per generation (0: one generation): each starts after a prefill (the next decode is a
+//              change of size, and prefill_ms of the prompt's MTP catch-up lands in the next timed part),
+//              its first token comes from the prefill's logits, and a step drafts at most the tokens left
+//              less one (as llama_mtp_step caps k by n_out_max), so a generation ends in short drafts
 // Acceptance: synthetic per-position rates (unconditional, as `pymtp bench --synthetic-rates`).
 // Timings get multiplicative noise (jitter) from a seeded generator.
 //
@@ -28,6 +35,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +58,9 @@ struct machine {
     float               conf        = -1.0f; // the head's confidence reported with each draft (< 0: none)
     double              cold_ms     = 24.0;  // the first draft decodes of a new MTP context (and after waking)
     int32_t             cold_n      = 2;     //   cost this much more each (graphs built; H100 27B: 25 ms vs 1)
+    int64_t             prompt      = 0;     // tokens per generation (0: one generation of all the tokens)
+    double              prefill_ms  = 4.0;   // the prompt's MTP catch-up, landing in the next timed part
+    double              new_size_ms = 0.0;   // the first decode of each size (graph built and captured)
 
     double V(int32_t n) const {
         if (n <= (int32_t) v.size()) {
@@ -95,24 +106,39 @@ class sim {
         mtp::controller c;
         c.k_max = fixed_k < 0 ? cap : 0;
         result r;
-        cold_left          = m.cold_n;
+        cold_left = m.cold_n;
+        sizes_seen.clear();
         bool    dormant    = false;
         int64_t sleep_left = 0;
+        int64_t left       = 0; // tokens left in the current generation
         while (r.tokens < n_tokens) {
+            if (m.prompt > 0 && left <= 0) { // a new generation: prefill, its first token from the prefill's logits
+                left   = m.prompt - 1;
+                prev_n = 0;
+                if (!plain_only && mtp_on(fixed_k)) {
+                    pending += m.prefill_ms;
+                }
+                r.tokens += 1;
+                continue;
+            }
             const double gap     = noisy(m.caller_ms);
             double       step_ms = 0.0, parts = 0.0;
             int32_t      k = plain_only ? 0 : fixed_k < 0 ? cap : fixed_k;
+            if (m.prompt > 0) {
+                k = std::min<int64_t>(k, left - 1);
+            }
             if (!plain_only && c.on()) {
                 c.load = 1;
                 if (dormant) {
                     k = 0;
                     c.n_dormant++;
                     if (--sleep_left <= 0) { // wake
-                        dormant       = false;
-                        c.wake_probe  = mtp::controller::WAKE_PROBE;
-                        c.cold_drafts = mtp::controller::COLD_DRAFTS;
-                        c.window_left = 0;
-                        cold_left     = m.cold_n;
+                        dormant        = false;
+                        c.wake_probe   = mtp::controller::WAKE_PROBE;
+                        c.cold_drafts  = mtp::controller::COLD_DRAFTS;
+                        c.cold_targets = mtp::controller::COLD_TARGETS;
+                        c.window_left  = 0;
+                        cold_left      = m.cold_n;
                     }
                 } else {
                     k = c.plan(k);
@@ -158,6 +184,7 @@ class sim {
             // verify
             const int32_t n = kd + 1;
             double        t = noisy(m.plain_ms * m.V(n) + m.sample_ms * n) + (n != prev_n ? m.switch_ms : 0.0) +
+                              (sizes_seen.insert(n).second ? m.new_size_ms : 0.0) +
                               (dormant || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending();
             prev_n          = n;
             int32_t n_acc   = 0;
@@ -165,6 +192,7 @@ class sim {
                 n_acc++;
             }
             const int32_t n_out = n_acc + 1;
+            left -= n_out;
             c.verified(kd, n_acc);
             c.timed_target(n, 1, t);
             step_ms += t;
@@ -188,6 +216,8 @@ class sim {
             if (!dormant) {
                 c.stepped(n_out, gap + step_ms);
             }
+            c.trace = fixed_k < 0 ? trace : nullptr;
+            c.trace_step(k, kd, n_out, 0.0, t, 0.0, gap, step_ms);
             r.ms += gap + step_ms;
             r.tokens += n_out;
             r.steps++;
@@ -201,6 +231,7 @@ class sim {
     }
 
     mtp::controller last;
+    std::FILE *     trace = nullptr; // the controller's run: one line per step (trace=FILE)
 
   private:
     static bool mtp_on(int32_t fixed_k) { return fixed_k != 0; }
@@ -227,6 +258,7 @@ class sim {
     int32_t                                queue     = 0;
     int32_t                                prev_n    = 1;
     int32_t                                cold_left = 0;
+    std::set<int32_t>                      sizes_seen; // target decode sizes met so far (new_size_ms)
 };
 
 std::vector<double> parse_list(const char * s) {
@@ -260,11 +292,12 @@ void print_result(const char * name, const result & r, double plain_rate, bool c
 } // namespace
 
 int main(int argc, char ** argv) {
-    machine  m;
-    int64_t  n_tokens = 1024;
-    int32_t  cap      = 8;
-    int32_t  max_k    = 8;
-    uint32_t seed     = 1;
+    machine     m;
+    int64_t     n_tokens = 1024;
+    int32_t     cap      = 8;
+    int32_t     max_k    = 8;
+    uint32_t    seed     = 1;
+    std::string trace;
     for (int i = 1; i < argc; ++i) {
         const char * eq = std::strchr(argv[i], '=');
         if (eq == nullptr) {
@@ -290,10 +323,14 @@ int main(int argc, char ** argv) {
             { "conf", [&](const char * x) { m.conf               = (float) std::atof(x); } },
             { "cold_ms", [&](const char * x) { m.cold_ms         = std::atof(x); } },
             { "cold_n", [&](const char * x) { m.cold_n           = std::atoi(x); } },
+            { "prompt", [&](const char * x) { m.prompt           = std::atoll(x); } },
+            { "prefill_ms", [&](const char * x) { m.prefill_ms   = std::atof(x); } },
+            { "new_size_ms", [&](const char * x) { m.new_size_ms = std::atof(x); } },
             { "tokens", [&](const char * x) { n_tokens           = std::atoll(x); } },
             { "cap", [&](const char * x) { cap                   = std::atoi(x); } },
             { "max_k", [&](const char * x) { max_k               = std::atoi(x); } },
             { "seed", [&](const char * x) { seed                 = (uint32_t) std::atoi(x); } },
+            { "trace", [&](const char * x) { trace               = x; } },
         };
         const auto * k = std::find_if(std::begin(keys), std::end(keys), [&](const auto & e) { return key == e.first; });
         if (k == std::end(keys)) {
@@ -302,7 +339,11 @@ int main(int argc, char ** argv) {
         }
         k->second(val);
     }
-    sim          s(m, seed);
+    sim s(m, seed);
+    if (!trace.empty() && (s.trace = std::fopen(trace.c_str(), "w")) == nullptr) {
+        std::fprintf(stderr, "controller_sim: cannot write %s\n", trace.c_str());
+        return 2;
+    }
     const result plain      = s.run(0, 0, n_tokens, true);
     const double plain_rate = plain.tokens / plain.ms;
     std::printf("{\n  \"runs\": {\n");
@@ -322,6 +363,14 @@ int main(int argc, char ** argv) {
                 std::max(0.0, c.switching.v), c.draft_cost());
     for (int32_t n = 1; n <= cap + 1; ++n) {
         std::printf("%s%.3f", n > 1 ? ", " : "", c.target_cost(n));
+    }
+    std::printf("], \"block_ms_per_step\": [");
+    for (int32_t k = 0; k <= cap; ++k) {
+        std::printf("%s%.3f", k > 0 ? ", " : "", c.blk[k].get());
+    }
+    std::printf("], \"est_tokens\": [");
+    for (int32_t k = 0; k <= cap; ++k) {
+        std::printf("%s%.3f", k > 0 ? ", " : "", c.tokens(k));
     }
     std::printf("], \"realized_plain\": %.5f, \"realized_draft\": %.5f}\n}\n", c.real_plain.get(), c.real_draft.get());
     return 0;

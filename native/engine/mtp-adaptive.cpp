@@ -8,43 +8,65 @@
 namespace mtp {
 
 double controller::target_cost(int32_t n) const {
-    const int32_t l   = std::clamp(load, 1, LOADS);
-    const auto &  row = target[l - 1];
-    n                 = std::clamp(n, 1, K + 1);
-    auto known        = [&](int32_t j) { return row[j - 1].n > 0; };
+    const int32_t l      = std::clamp(load, 1, LOADS);
+    const auto &  row    = target[l - 1];
+    const bool *  steady = steady_seen[l - 1];
+    n                    = std::clamp(n, 1, K + 1);
+    // a verify size decoded only once has only its first, cold sample (a GPU backend builds and captures
+    // a graph for each new size: the 27B shape, a first 5-token verify 28 ms against 22 ms warm): it
+    // stands in only while no size has a warm sample (a plain step's stands: plain steps are what the
+    // controller compares with, and they come when drafting loses)
+    bool warm            = false;
+    for (int32_t j = 1; j <= K + 1; ++j) {
+        warm = warm || row[j - 1].n >= 2;
+    }
+    auto known = [&](int32_t j) { return row[j - 1].n >= (warm && j >= 2 ? 2 : 1); };
+    // a size never decoded twice in a row has only changed-size samples: less the change's cost S once
+    // that is measured (else a verify size met once after a change, 5 ms dearer on a GPU, made every
+    // longer draft look dear, and a plain step met only after drafts made drafting look cheap)
+    auto value = [&](int32_t j) {
+        return steady[j - 1] ? row[j - 1].v : std::max(0.5 * row[j - 1].v, row[j - 1].v - std::max(0.0, switching.v));
+    };
     if (known(n)) {
-        return row[n - 1].v / l + sampling.v * n;
+        return value(n) / l + sampling.v * n;
     }
     // verify sizes (n >= 2) grow about linearly: a line through the measured ones, weighted by how often
-    // each was measured; a plain step (n = 1) often sits below that line (a mat-vec instead of a matmul)
+    // each was measured (a steady size counts more); a plain step (n = 1) often sits below that line (a
+    // mat-vec instead of a matmul)
     double  sw = 0.0, sx = 0.0, sy = 0.0, sxx = 0.0, sxy = 0.0;
     int32_t n_sizes = 0, only = 0;
     for (int32_t j = 2; j <= K + 1; ++j) {
         if (known(j)) {
-            const double w = (double) std::min<int64_t>(row[j - 1].n, 20);
+            const double w = (double) std::min<int64_t>(row[j - 1].n, 20) * (steady[j - 1] ? 4.0 : 1.0);
+            const double y = value(j);
             sw += w;
             sx += w * j;
-            sy += w * row[j - 1].v;
+            sy += w * y;
             sxx += w * j * j;
-            sxy += w * j * row[j - 1].v;
+            sxy += w * j * y;
             n_sizes++;
             only = j;
         }
     }
-    const double t1 = known(1) ? row[0].v : 0.0;
+    const double t1 = known(1) ? value(1) : 0.0;
     double       t  = 0.0;
     if (n >= 2 && n_sizes >= 2) {
         const double slope = std::max(0.0, (sw * sxy - sx * sy) / std::max(1e-12, sw * sxx - sx * sx));
         t                  = (sy - slope * sx) / sw + slope * n;
     } else if (n >= 2 && n_sizes == 1) {
-        const double slope = t1 > 0.0 ? std::max(0.0, (row[only - 1].v - t1) / (only - 1)) : PRIOR_DV * row[only - 1].v;
-        t                  = row[only - 1].v + slope * (n - only);
+        // from one verify size: the slope to a steady plain step, else the prior's
+        const double y = value(only);
+        const double slope =
+            t1 > 0.0 && steady[0] ? std::max(0.0, (y - t1) / (only - 1)) : PRIOR_DV * y / (1.0 + PRIOR_DV * (only - 1));
+        t = y + slope * (n - only);
     } else if (t1 > 0.0) {
         t = t1 * (1.0 + PRIOR_DV * (n - 1));
     } else if (n_sizes > 0) { // n == 1 unmeasured
-        t = row[only - 1].v / (1.0 + PRIOR_DV * (only - 1));
+        t = value(only) / (1.0 + PRIOR_DV * (only - 1));
     }
-    return std::max(t, t1) / l + sampling.v * n;
+    // a verify costs at least a plain step where that is known steady (changed-size plain steps carry
+    // what the drafting step before left unfinished)
+    return (n == 1 || !steady[0] ? t : std::max(t, t1)) / l + sampling.v * n;
 }
 
 double controller::draft_cost() const {
@@ -65,23 +87,43 @@ double controller::accept(int32_t i, float c) const {
     return cal[mode][i][b].get(a, 4.0); // shrunk towards the position's rate while the bucket is young
 }
 
-double controller::ratio(int32_t k, double extra_ms) const {
-    const double t1 = target_cost(1);
-    if (t1 <= 0.0) {
-        return 0.0;
-    }
-    if (k <= 0) {
-        return 1.0 / (t1 + overhead.v + extra_ms);
-    }
-    const double d = draft_cost();
-    const double w = catchup.n > 0 ? catchup.v : 0.0;
-    double       e = 1.0;
-    double       p = 1.0;
+double controller::tokens(int32_t k) const {
+    double e = 1.0;
+    double p = 1.0;
     for (int32_t i = 0; i < k; ++i) {
         p *= accept(i, -1.0f);
         e += p;
     }
-    return e / (overhead.v + extra_ms + k * d + target_cost(k + 1) + w * accept(0, -1.0f));
+    return e;
+}
+
+double controller::step_time(int32_t k) const {
+    if (k <= 0) {
+        return target_cost(1) + overhead.v;
+    }
+    const double w = catchup.n > 0 ? catchup.v : 0.0;
+    return overhead.v + k * draft_cost() + target_cost(k + 1) + w * accept(0, -1.0f);
+}
+
+double controller::ratio(int32_t k, double extra_ms) const {
+    if (target_cost(1) <= 0.0) {
+        return 0.0;
+    }
+    return tokens(k) / (step_time(k) + extra_ms);
+}
+
+double controller::block_time(int32_t k, int32_t k_cap) const {
+    if (blk[k].n > 0.0) {
+        return blk[k].get();
+    }
+    double real = 0.0, model = 0.0;
+    for (int32_t j = 0; j <= k_cap; ++j) {
+        if (blk[j].n > 0.0) {
+            real += blk[j].get();
+            model += step_time(j);
+        }
+    }
+    return step_time(k) * (model > 0.0 ? real / model : 1.0);
 }
 
 double controller::switch_cost(int32_t n) const {
@@ -176,8 +218,7 @@ void controller::stepped(int32_t n_tok, double ms) {
         return;
     }
     own_loop = true;
-    if (hold) { // block mode: the current block's end-to-end time
-        blk_tok += n_tok;
+    if (hold && ++blk_seen > BLK_SKIP && k_last == block_k) { // block mode: its steady steps, end to end
         blk_ms += ms;
         blk_steps++;
     }
@@ -208,6 +249,11 @@ void controller::next_window() {
         n_failed_checks = vetoed() ? n_failed_checks + 1 : 0;
     }
     window_check = false;
+    // block mode times whole blocks of each length end to end, plain ones included: no plain windows
+    if (blocky()) {
+        window_plain = false;
+        return;
+    }
     // free windows first (the first one cold); where they run clearly above the model's plain rate,
     // drafting wins by a margin no plain window needs to confirm, and none runs
     if (real_draft.n <= 0.0 || clear()) {
@@ -231,60 +277,72 @@ int32_t controller::plan_block(int32_t k_cap) {
     if (block_left > 0 && block_k >= 0) {
         block_left--;
     } else {
-        // the block that ended, end to end (own loop): the rate its length realized
-        if (block_k >= 0 && blk_steps >= BLOCK / 2) {
-            blk[std::clamp(block_k, 0, K)].add(blk_tok, blk_ms, BLK_KEEP);
+        // the block that ended, end to end (own loop): the time per step its length realized
+        if (block_k >= 0 && blk_steps >= 3) {
+            blk[std::clamp(block_k, 0, K)].add(blk_ms, blk_steps, BLK_KEEP);
         }
-        blk_tok = blk_ms     = 0.0;
-        blk_steps            = 0;
+        blk_ms    = 0.0;
+        blk_steps = blk_seen = 0;
         // a new block: the best steady rate, a change of size charged over the block
         const int32_t cur    = block_k < 0 ? 0 : block_k;
-        int32_t       best_k = 0;
-        double        best   = 0.0;
+        auto          rate_k = [&](int32_t k) {
+            const double t = own_loop ? block_time(k, k_cap) : step_time(k);
+            return target_cost(1) > 0.0 ? tokens(k) / t : 0.0;
+        };
+        int32_t best_k = 0;
+        double  best   = 0.0;
         for (int32_t k = 0; k <= k_cap; ++k) {
-            const double r = ratio(k, k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / BLOCK);
+            const double r = tokens(k) / (tokens(k) / std::max(rate_k(k), 1e-12) +
+                                          (k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / BLOCK));
             if (r > best) {
                 best   = r;
                 best_k = k;
             }
         }
-        // What whole blocks realized outranks the model where both are known: on a GPU the per-decode
-        // timings carry the previous step's unfinished work (the 27B shape: a plain step timed at 31 ms
-        // against 13 ms real, a 3-token verify below a 2-token one), end-to-end blocks do not.
-        auto known = [&](int32_t k) { return k >= 0 && k <= k_cap && blk[k].n > 0.0; };
-        if (known(best_k)) {
-            for (int32_t k = 0; k <= k_cap; ++k) {
-                if (known(k) && blk[k].get() > blk[best_k].get()) {
-                    best_k = k;
+        auto known        = [&](int32_t k) { return k >= 0 && k <= k_cap && blk[k].n > 0.0; };
+        block_k           = best_k;
+        // neighbours: an unmeasured one gets the next block, a short one (so the lengths around the
+        // choice are soon measured and the choice climbs to the best in a few blocks), otherwise every
+        // 8th block in turn k+1, k-1, plain (only where blocks are timed: the engine's own loop;
+        // llama-server's slots keep every 8th). A measured neighbour far behind is tried rarely: each
+        // such block costs in proportion to the gap (the CPU, plain far ahead: a k=1 block every 8th had
+        // cost ~3%).
+        const bool up_new = own_loop && best_k + 1 <= k_cap && !known(best_k + 1);
+        const bool dn_new = own_loop && best_k >= 1 && !known(best_k - 1);
+        // farther lengths not yet run that the model puts near the choice get a short block each, nearest
+        // first: the model's verify costs come from the sizes run so far, and a curve flat near the top
+        // (H100 27B shape: k=5..8 within 2%, a 9-token verify a matmul no dearer than 8 tokens) would
+        // keep a neighbour-by-neighbour climb far from the best (k=8 run for 60 steps where 4 was best)
+        int32_t    far    = -1;
+        for (int32_t d = 2; own_loop && far < 0 && d <= k_cap; ++d) {
+            for (const int32_t k : { best_k - d, best_k + d }) {
+                if (far < 0 && k >= 1 && k <= k_cap && !known(k) && rate_k(k) >= SWEEP * rate_k(best_k)) {
+                    far = k;
                 }
             }
         }
-        block_k              = best_k;
-        // neighbours: an unmeasured one every 2nd block (so the lengths around the choice are soon
-        // measured and the choice climbs to the best), otherwise every 8th block in turn k+1, k-1, plain
-        // (only where blocks are timed: the engine's own loop; llama-server's slots keep every 8th)
-        // A measured neighbour far behind (the model's rates) is tried rarely: each such block costs in
-        // proportion to the gap (the CPU, plain far ahead: a k=1 block every 8th had cost ~3%).
-        const bool    up_new = own_loop && best_k + 1 <= k_cap && !known(best_k + 1);
-        const bool    dn_new = own_loop && best_k >= 1 && !known(best_k - 1);
-        const int32_t turn   = (int32_t) (n_blocks / 8 % 3);
-        const int32_t alt    = up_new    ? best_k + 1 :
-                               dn_new    ? best_k - 1 :
-                               turn == 0 ? best_k + 1 :
-                               turn == 1 ? best_k - 1 :
-                                           0;
+        const int32_t turn  = (int32_t) (n_blocks / 8 % 3);
+        const int32_t alt   = up_new    ? best_k + 1 :
+                              dn_new    ? best_k - 1 :
+                              far >= 0  ? far :
+                              turn == 0 ? best_k + 1 :
+                              turn == 1 ? best_k - 1 :
+                                          0;
+        const bool    fresh = up_new || dn_new || far >= 0;
         n_blocks++;
+        int32_t len = BLOCK;
         if (alt >= 0 && alt <= k_cap && alt != best_k) {
-            const double  gap   = ratio(best_k) / std::max(ratio(alt), 1e-12);
-            const int64_t every = up_new || dn_new ? 2 : (int64_t) (8.0 * std::clamp(std::pow(gap, 8.0), 1.0, 16.0));
+            const double  gap   = rate_k(best_k) / std::max(rate_k(alt), 1e-12);
+            const int64_t every = fresh ? 1 : (int64_t) (8.0 * std::clamp(std::pow(gap, 8.0), 1.0, 16.0));
             if (++blk_since_probe >= every) {
                 blk_since_probe = 0;
                 block_k         = alt;
                 probing         = true;
+                len             = BLOCK / 2;
                 n_probes++;
             }
         }
-        block_left = BLOCK - 1;
+        block_left = len - 1;
     }
     const int32_t k = std::min(block_k, k_cap);
     plain           = k == 0 && !probing;
@@ -355,6 +413,7 @@ bool controller::keep(int32_t i, float c, bool * more) {
 
 void controller::drafted(int32_t k) {
     steps_k[std::clamp(k, 0, K)]++;
+    k_last = k;
     if (on() && k == 0) {
         plain = !probing;
     }
@@ -379,7 +438,13 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
     if (!on() || pinned || n < 1 || n > K + 1 || n_load < 1 || !(ms > 0.0)) {
         return;
     }
-    load              = std::min(n_load, LOADS);
+    load = std::min(n_load, LOADS);
+    if (cold_targets > 0) { // a new engine or one just woken: its first decodes build graphs, warm caches
+        cold_targets--;
+        n_prev[1] = n_prev[0];
+        n_prev[0] = n;
+        return;
+    }
     auto &     t      = target[load - 1][n - 1];
     bool &     seen   = steady_seen[load - 1][n - 1];
     const bool steady = n == n_prev[0] && n == n_prev[1];
@@ -442,17 +507,17 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
     real_plain = realized_rate{};
     real_draft = realized_rate{};
     for (auto & b : blk) {
-        b = realized_rate{};
+        b = realized_cost{};
     }
-    blk_tok = blk_ms = 0.0;
-    blk_steps        = 0;
-    window_plain     = false;
-    window_check     = false;
-    window_left      = 0;
-    n_free_windows   = 0;
-    n_plain_windows  = 0;
-    n_failed_checks  = 0;
-    pinned           = plain_ms > 0.0;
+    blk_ms    = 0.0;
+    blk_steps = blk_seen = 0;
+    window_plain         = false;
+    window_check         = false;
+    window_left          = 0;
+    n_free_windows       = 0;
+    n_plain_windows      = 0;
+    n_failed_checks      = 0;
+    pinned               = plain_ms > 0.0;
     if (!pinned) {
         return;
     }

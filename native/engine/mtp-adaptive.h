@@ -63,6 +63,18 @@ struct realized_rate {
     double get() const { return ms > 0.0 ? tok / ms : 0.0; }
 };
 
+// Time per step of a kind of step as measured end to end (exponentially decayed sums).
+struct realized_cost {
+    double ms = 0.0;
+    double n  = 0.0;
+
+    void add(double time_ms, double steps, double keep) {
+        ms = keep * ms + time_ms;
+        n  = keep * n + steps;
+    }
+    double get() const { return n > 0.0 ? ms / n : 0.0; }
+};
+
 // A success rate from exponentially decayed counts, shrunk towards a prior with a weight of
 // pseudo-observations.
 struct decayed_rate {
@@ -82,26 +94,31 @@ struct controller {
     static constexpr int32_t BINS     = 8;    // confidence buckets of [0, 1]
     static constexpr int32_t MODES    = 3;    // greedy, chain, stochastic
     static constexpr int32_t QUEUE    = 256;  // deferred MTP rows written once this many wait
-    static constexpr double  KEEP     = 0.98; // acceptance counts decay: ~50 recent drafts per position
+    static constexpr double  KEEP     = 0.99; // acceptance counts decay: ~100 recent drafts per position
     static constexpr double  PRIOR_A  = 0.6;  // acceptance before any is measured (optimistic: it probes)
     static constexpr double  PRIOR_W  = 2.0;
     static constexpr double  PRIOR_D  = 0.25; // a draft decode before one is timed, in plain steps
     static constexpr double  PRIOR_DV = 0.15; // extra verify cost per token before measured, in plain steps
     static constexpr double  DWELL    = 16.0; // steps a change of decode size is expected to last
     static constexpr int32_t BLOCK    = 16;   // block mode: steps that keep one draft length
-    static constexpr double  BLK_KEEP = 0.7;  // block mode: realized rates per length, ~3 recent blocks
+    static constexpr double  SWEEP =
+        0.85; // block mode: a length not yet run is tried where the model puts it this close
+    static constexpr int32_t BLK_SKIP = 2;    // block mode: a block's first steps (a change of size) are not timed
+    static constexpr double  BLK_KEEP = 0.7;  // block mode: realized costs per length, ~3 recent blocks
     static constexpr double  FREE     = 0.05; // block mode when a size change costs more than this of a plain step
     static constexpr int32_t WINDOW   = 32;   // steps per window (own loop: whole windows are timed)
     static constexpr int32_t CHECK    = 8;    // every 8th window runs the policy that is behind
     static constexpr double  WIN_KEEP = 0.8;  // window rates: ~5 recent windows of each policy
     static constexpr double  VETO     = 0.98; // drafting is vetoed while its windows run below this x plain
     static constexpr int64_t QUIET = 512; // own loop: steps in a row without drafting chosen before the MTP side sleeps
-    static constexpr int64_t SLEEP_MIN   = 1024;  // own loop: steps of the first sleep; a sleep whose waking finds
-    static constexpr int64_t SLEEP_MAX   = 16384; //   nothing to draft doubles the next one, up to this
-    static constexpr int64_t WAKE_PROBE  = 32;    // steps after waking (the MTP KV rebuilding) before a probe
-    static constexpr int32_t COLD_DRAFTS = 4;   // draft decodes left untimed at the start and after waking (new graphs)
-    static constexpr double  CLEAR       = 1.3; // free windows this far above the modelled plain rate: no plain windows
-    static constexpr double  CHECK_KEEP  = 0.5; // a check window (the policy behind) weighs this much more
+    static constexpr int64_t SLEEP_MIN    = 1024;  // own loop: steps of the first sleep; a sleep whose waking finds
+    static constexpr int64_t SLEEP_MAX    = 16384; //   nothing to draft doubles the next one, up to this
+    static constexpr int64_t WAKE_PROBE   = 32;    // steps after waking (the MTP KV rebuilding) before a probe
+    static constexpr int32_t COLD_DRAFTS  = 4; // draft decodes left untimed at the start and after waking (new graphs)
+    static constexpr int32_t COLD_TARGETS = 8; // target decodes left untimed at the start and after waking (H100,
+                                               //   SmolLM2: the first ~10 take 3-12 ms against 1.3 ms warm)
+    static constexpr double  CLEAR      = 1.3; // free windows this far above the modelled plain rate: no plain windows
+    static constexpr double  CHECK_KEEP = 0.5; // a check window (the policy behind) weighs this much more
 
     int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
@@ -139,10 +156,11 @@ struct controller {
     // steps, rebuilds the MTP KV from there on (the head sees a shorter context at first: only speed
     // depends on it) and probes after WAKE_PROBE steps.
     int64_t       quiet_run       = 0; // own loop: steps since the controller last chose to draft (probes: quiet)
-    int64_t       sleep_len       = SLEEP_MIN;   // the next sleep's length
-    int64_t       wake_probe      = 0;           // steps left until the probe after waking (0: none pending)
-    int32_t       cold_drafts     = COLD_DRAFTS; // draft decodes left untimed (new graphs: at the start, after waking)
-    bool          window_check    = false;       // the current window runs the policy that is behind
+    int64_t       sleep_len       = SLEEP_MIN;    // the next sleep's length
+    int64_t       wake_probe      = 0;            // steps left until the probe after waking (0: none pending)
+    int32_t       cold_drafts     = COLD_DRAFTS;  // draft decodes left untimed (new graphs: at the start, after waking)
+    int32_t       cold_targets    = COLD_TARGETS; // target decodes left untimed (the same)
+    bool          window_check    = false;        // the current window runs the policy that is behind
     double        window_tok      = 0.0;
     double        window_ms       = 0.0;
 
@@ -165,10 +183,11 @@ struct controller {
     int32_t            block_left      = 0;     // block mode: steps left in it
     int64_t            n_blocks        = 0;
     int64_t            blk_since_probe = 0; // block mode: blocks since one tried a neighbour
-    realized_rate      blk[K + 1];      // block mode, own loop: tokens per ms realized by recent blocks of each length
-    double             blk_tok   = 0.0; // the current block so far (end to end, the caller's time included)
-    double             blk_ms    = 0.0;
-    int32_t            blk_steps = 0;
+    realized_cost      blk[K + 1];        // block mode, own loop: ms per step realized by recent blocks of each length
+    double             blk_ms    = 0.0;   // the current block's steady steps so far (end to end, caller included)
+    int32_t            blk_steps = 0;     //   (steps that drafted the block's length, after its first BLK_SKIP)
+    int32_t            blk_seen  = 0;     // steps of the current block so far
+    int32_t            k_last    = 0;     // what the last step drafted
     bool               own_loop  = false; // whole steps are timed (the engine's own loop, not llama-server)
     std::vector<float> conf;              // confidence of each kept draft of this step (< 0: unknown)
 
@@ -199,10 +218,13 @@ struct controller {
     // Block mode: where a change of decode size is dear (a GPU backend re-captures its graph for ~2
     // decodes after each change), per-step choices would keep the graphs cold; the controller then
     // chooses a draft length for BLOCK steps at a time and drafts exactly that (no cuts). In its own loop
-    // the engine times whole blocks end to end, and a length whose blocks realized more tokens per ms
-    // than the model's choice's replaces it; a neighbour of the choice not yet measured gets every 2nd
-    // block (so the choice climbs to the best length), and once both are, every 8th block tries k+1,
-    // k-1 or plain in turn, to keep them measured.
+    // the engine times the steady steps of whole blocks end to end: a length's realized time per step
+    // replaces the model's cost of it, and scales the model's costs of lengths not yet run (the model
+    // misses what lands between its timed parts). Tokens per step come from the learned acceptance, not
+    // from the block's own luck (16 steps of 4-token drafts vary ~8% in tokens, ~1% in time). A
+    // neighbour of the choice not yet measured gets the next block, a short one (so the choice climbs
+    // to the best length in a few blocks), and once both are, every 8th block tries k+1, k-1 or plain in
+    // turn, to keep them measured.
     bool blocky() const {
         return switching.n >= 4 && 2.0 * switching.v > FREE * target_cost(1) * std::clamp(load, 1, LOADS);
     }
@@ -213,8 +235,14 @@ struct controller {
     double draft_cost() const;
     // estimated P(draft i accepted | drafts before it accepted), at confidence c (< 0: unknown)
     double accept(int32_t i, float c) const;
+    // expected tokens of a step drafting k (every draft kept), and that step's modelled time (ms)
+    double tokens(int32_t k) const;
+    double step_time(int32_t k) const;
     // expected tokens per ms of drafting k (k = 0: plain decoding)
     double ratio(int32_t k, double extra_ms = 0.0) const; // extra_ms: a one-off cost of this step
+    // block mode: the time per step of drafting k, realized where blocks of k ran, else modelled and
+    // scaled by what the realized ones show (lengths up to k_cap)
+    double block_time(int32_t k, int32_t k_cap) const;
     // a step's time outside its timed parts, and the caller's time between steps (learned while on)
     void   timed_overhead(double ms) {
         if (on() && !pinned && ms >= 0.0 && ms < 100.0) {
