@@ -24,7 +24,8 @@
 // Acceptance: synthetic per-position rates (unconditional, as `pymtp bench --synthetic-rates`).
 // Timings get multiplicative noise (jitter) from a seeded generator.
 //
-// Usage: controller_sim key=value ...  (see main() for the keys); prints one JSON object.
+// Usage: controller_sim key=value ...  (see main() for the keys); prints one JSON object. trace=FILE
+// writes the controller's run one step per line, as PYMTP_ADAPTIVE_TRACE does in the engine.
 
 #include "mtp-adaptive.h"
 

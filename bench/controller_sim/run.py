@@ -4,6 +4,7 @@ key=value settings; prints its JSON, or a table with --table.
     python bench/controller_sim/run.py                        # the H100 27B shape as measured
     python bench/controller_sim/run.py --preset smol-h100 --table
     python bench/controller_sim/run.py switch_ms=0 v=1,1.45,1.5,1.6 --table
+    python bench/controller_sim/run.py prompt=128 new_size_ms=6 trace=/tmp/sim.tsv --table   # as the H100 traced it
 
 The real controller (native/engine/mtp-adaptive.cpp) is compiled in; only the machine is simulated,
 so a change to the controller can be tried on the shapes that the device measured, in seconds and
@@ -84,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", action="store_true", help="print a table instead of JSON")
     ap.add_argument("settings", nargs="*", metavar="KEY=VALUE",
                     help="plain_ms, v (V(1),V(2),..), sample_ms, switch_ms, draft_ms, row_ms, catchup_ms, "
-                         "async_share, caller_ms, hidden_ms, cold_ms, cold_n, jitter, rates, conf, tokens, cap, "
-                         "max_k, seed (controller_sim.cpp says what each is)")
+                         "async_share, caller_ms, hidden_ms, cold_ms, cold_n, prompt, prefill_ms, new_size_ms, jitter, "
+                         "rates, conf, tokens, cap, max_k, seed, trace (controller_sim.cpp says what each is)")
     args = ap.parse_args(argv)
     try:
         res = simulate(PRESETS[args.preset] + args.settings)
