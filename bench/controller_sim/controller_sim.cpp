@@ -106,6 +106,7 @@ class sim {
     result run(int32_t fixed_k, int32_t cap, int64_t n_tokens, bool plain_only) {
         mtp::controller c;
         c.k_max = fixed_k < 0 ? cap : 0;
+        c.trace = fixed_k < 0 ? trace : nullptr; // the controller's run only
         result r;
         cold_left = m.cold_n;
         sizes_seen.clear();
@@ -217,7 +218,6 @@ class sim {
             if (!dormant) {
                 c.stepped(n_out, gap + step_ms);
             }
-            c.trace = fixed_k < 0 ? trace : nullptr;
             c.trace_step(k, kd, n_out, 0.0, t, 0.0, gap, step_ms);
             r.ms += gap + step_ms;
             r.tokens += n_out;

@@ -112,20 +112,6 @@ double controller::ratio(int32_t k, double extra_ms) const {
     return tokens(k) / (step_time(k) + extra_ms);
 }
 
-double controller::block_time(int32_t k, int32_t k_cap) const {
-    if (blk[k].n > 0.0) {
-        return blk[k].get();
-    }
-    double real = 0.0, model = 0.0;
-    for (int32_t j = 0; j <= k_cap; ++j) {
-        if (blk[j].n > 0.0) {
-            real += blk[j].get();
-            model += step_time(j);
-        }
-    }
-    return step_time(k) * (model > 0.0 ? real / model : 1.0);
-}
-
 double controller::switch_cost(int32_t n) const {
     // a change costs ~2 slow decodes once; a choice is kept for a while, so it is charged over DWELL steps
     return n_prev[0] != 0 && n != n_prev[0] ? 2.0 * std::max(0.0, switching.v) / DWELL : 0.0;
@@ -283,40 +269,49 @@ int32_t controller::plan_block(int32_t k_cap) {
         }
         blk_ms    = 0.0;
         blk_steps = blk_seen = 0;
+        // each length's time per step: realized where its blocks ran (only the engine's own loop times
+        // blocks), else modelled and scaled by realized/modelled over the lengths that ran (the model
+        // misses what lands between its timed parts)
+        double real = 0.0, model = 0.0;
+        for (int32_t k = 0; k <= k_cap; ++k) {
+            if (blk[k].n > 0.0) {
+                real += blk[k].get();
+                model += step_time(k);
+            }
+        }
+        const double  scale  = model > 0.0 ? real / model : 1.0;
+        auto          time_k = [&](int32_t k) { return blk[k].n > 0.0 ? blk[k].get() : scale * step_time(k); };
+        auto          rate_k = [&](int32_t k) { return tokens(k) / std::max(time_k(k), 1e-12); };
         // a new block: the best steady rate, a change of size charged over the block
         const int32_t cur    = block_k < 0 ? 0 : block_k;
-        auto          rate_k = [&](int32_t k) {
-            const double t = own_loop ? block_time(k, k_cap) : step_time(k);
-            return target_cost(1) > 0.0 ? tokens(k) / t : 0.0;
-        };
-        int32_t best_k = 0;
-        double  best   = 0.0;
+        int32_t       best_k = 0;
+        double        best   = 0.0;
         for (int32_t k = 0; k <= k_cap; ++k) {
-            const double r = tokens(k) / (tokens(k) / std::max(rate_k(k), 1e-12) +
-                                          (k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / BLOCK));
+            const double r = tokens(k) / (time_k(k) + (k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / BLOCK));
             if (r > best) {
                 best   = r;
                 best_k = k;
             }
         }
-        auto known        = [&](int32_t k) { return k >= 0 && k <= k_cap && blk[k].n > 0.0; };
-        block_k           = best_k;
+        auto known             = [&](int32_t k) { return k >= 0 && k <= k_cap && blk[k].n > 0.0; };
+        block_k                = best_k;
         // neighbours: an unmeasured one gets the next block, a short one (so the lengths around the
         // choice are soon measured and the choice climbs to the best in a few blocks), otherwise every
         // 8th block in turn k+1, k-1, plain (only where blocks are timed: the engine's own loop;
         // llama-server's slots keep every 8th). A measured neighbour far behind is tried rarely: each
         // such block costs in proportion to the gap (the CPU, plain far ahead: a k=1 block every 8th had
         // cost ~3%).
-        const bool up_new = own_loop && best_k + 1 <= k_cap && !known(best_k + 1);
-        const bool dn_new = own_loop && best_k >= 1 && !known(best_k - 1);
+        const bool   up_new    = own_loop && best_k + 1 <= k_cap && !known(best_k + 1);
+        const bool   dn_new    = own_loop && best_k >= 1 && !known(best_k - 1);
         // farther lengths not yet run that the model puts near the choice get a short block each, nearest
         // first: the model's verify costs come from the sizes run so far, and a curve flat near the top
         // (H100 27B shape: k=5..8 within 2%, a 9-token verify a matmul no dearer than 8 tokens) would
         // keep a neighbour-by-neighbour climb far from the best (k=8 run for 60 steps where 4 was best)
-        int32_t    far    = -1;
+        int32_t      far       = -1;
+        const double best_rate = rate_k(best_k);
         for (int32_t d = 2; own_loop && far < 0 && d <= k_cap; ++d) {
             for (const int32_t k : { best_k - d, best_k + d }) {
-                if (far < 0 && k >= 1 && k <= k_cap && !known(k) && rate_k(k) >= SWEEP * rate_k(best_k)) {
+                if (far < 0 && k >= 1 && k <= k_cap && !known(k) && rate_k(k) >= SWEEP * best_rate) {
                     far = k;
                 }
             }
@@ -332,7 +327,7 @@ int32_t controller::plan_block(int32_t k_cap) {
         n_blocks++;
         int32_t len = BLOCK;
         if (alt >= 0 && alt <= k_cap && alt != best_k) {
-            const double  gap   = rate_k(best_k) / std::max(rate_k(alt), 1e-12);
+            const double  gap   = best_rate / std::max(rate_k(alt), 1e-12);
             const int64_t every = fresh ? 1 : (int64_t) (8.0 * std::clamp(std::pow(gap, 8.0), 1.0, 16.0));
             if (++blk_since_probe >= every) {
                 blk_since_probe = 0;

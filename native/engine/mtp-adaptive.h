@@ -240,9 +240,6 @@ struct controller {
     double step_time(int32_t k) const;
     // expected tokens per ms of drafting k (k = 0: plain decoding)
     double ratio(int32_t k, double extra_ms = 0.0) const; // extra_ms: a one-off cost of this step
-    // block mode: the time per step of drafting k, realized where blocks of k ran, else modelled and
-    // scaled by what the realized ones show (lengths up to k_cap)
-    double block_time(int32_t k, int32_t k_cap) const;
     // a step's time outside its timed parts, and the caller's time between steps (learned while on)
     void   timed_overhead(double ms) {
         if (on() && !pinned && ms >= 0.0 && ms < 100.0) {
