@@ -103,6 +103,11 @@ class Model:
         return self.rt.n_heads()
 
     @property
+    def parallel(self) -> int:
+        """K when the head drafts K tokens in one decode (pymtp graft --parallel K), else 0."""
+        return self.rt.parallel()
+
+    @property
     def mtp_reason(self) -> str:
         return self.rt.mtp_reason
 

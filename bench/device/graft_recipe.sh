@@ -21,6 +21,9 @@
 #   python3 -m pip download --no-deps -d .dev/graft gguf==0.19.0
 # STEP=wait waits up to WAIT_S (default 560) s and copies the report, the log and the head to $OUT
 # once the run has ended.
+# VARIANTS="seq: par4:--parallel 4" (name:extra args, ';'-separated) trains one head per variant on
+# the same data (the first run generates it, the others reuse the cache): NAME.gguf and NAME.json;
+# `wait` brings them all back (issue 18: a parallel head against the sequential one).
 set -uo pipefail
 W=/tmp/graft-recipe                  # everything the daemon uses lives here, outside the work tree
 mkdir -p $W
@@ -34,19 +37,34 @@ store)
     ls -la $W
     ;;
 start)
-    [ -f $W/smol.gguf.part ] || { echo "graft_recipe.sh: run STEP=store first (machine went cold?)" >&2; exit 1; }
-    cat .dev/graft/smol.part2 >> $W/smol.gguf.part
-    echo "$(cat .dev/graft/smol.sha256)  $W/smol.gguf.part" | sha256sum -c - || exit 1
-    mv $W/smol.gguf.part $W/smol.gguf
+    if [ ! -f $W/smol.gguf ]; then     # (assembled by an earlier start: only the run is redone)
+        [ -f $W/smol.gguf.part ] || { echo "graft_recipe.sh: run STEP=store first (machine went cold?)" >&2; exit 1; }
+        cat .dev/graft/smol.part2 >> $W/smol.gguf.part
+        echo "$(cat .dev/graft/smol.sha256)  $W/smol.gguf.part" | sha256sum -c - || exit 1
+        mv $W/smol.gguf.part $W/smol.gguf
+    fi
     rm -rf $W/src && mkdir -p $W/src && cp -r pymtp $W/src/
     git rev-parse --short HEAD > $W/commit 2>/dev/null || true
     cat > $W/run.sh <<EOF
 cd $W
 export PYTHONPATH=$W/src:$W/site PYMTP_LIB_DIR=$W/lib PYMTP_CACHE_DIR=$W/cache PYTHONUNBUFFERED=1
+# a libllama from a build tree has that tree as its RUNPATH: its libggml* come from here
+export LD_LIBRARY_PATH=$W/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 t0=\$(date +%s)
-python3 -m pymtp.cli.main graft $W/smol.gguf -o $W/head.gguf --report $W/report.json --quiet ${GRAFT_ARGS:-}
-echo "graft: exit \$?, wall \$(( \$(date +%s) - t0 )) s"
 EOF
+    if [ -z "${VARIANTS:-}" ]; then
+        echo "python3 -m pymtp.cli.main graft $W/smol.gguf -o $W/head.gguf --report $W/report.json --quiet ${GRAFT_ARGS:-}" >> $W/run.sh
+        echo 'rc=$?' >> $W/run.sh
+    else
+        echo 'rc=0' >> $W/run.sh
+        IFS=';' read -ra vs <<< "$VARIANTS"
+        for v in "${vs[@]}"; do
+            name="${v%%:*}"; extra="${v#*:}"
+            echo "python3 -m pymtp.cli.main graft $W/smol.gguf -o $W/$name.gguf --report $W/$name.json --quiet ${GRAFT_ARGS:-} $extra || rc=\$?" >> $W/run.sh
+            echo "echo \"variant $name: done, \$(( \$(date +%s) - t0 )) s\"" >> $W/run.sh
+        done
+    fi
+    echo 'echo "graft: exit $rc, wall $(( $(date +%s) - t0 )) s"' >> $W/run.sh
     setsid nohup bash $W/run.sh > $W/log 2>&1 < /dev/null &
     echo "started: GRAFT_ARGS=${GRAFT_ARGS:-}"
     sleep "${WAIT_S:-540}"; tail -5 $W/log
@@ -57,7 +75,8 @@ wait)
     tail -8 $W/log
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
     if grep -q '^graft: exit' $W/log; then
-        cp $W/log "$OUT/graft.log"; cp $W/report.json "$OUT/" 2>/dev/null; cp $W/head.gguf "$OUT/" 2>/dev/null
+        cp $W/log "$OUT/graft.log"; cp $W/*.json "$OUT/" 2>/dev/null; cp $W/*.gguf "$OUT/" 2>/dev/null
+        rm -f "$OUT/smol.gguf"
         ls -la "$OUT"
     fi
     ;;

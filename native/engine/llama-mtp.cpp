@@ -56,6 +56,7 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
         llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
         llama_set_embeddings_nextn(ctx_mtp, true, /*masked*/ true);
         llama_set_nextn_layer_offset(ctx_mtp, 0);
+        m->init_parallel();
     }
     m->truncate_mtp_to(0);
     m->truncate_target_to(0);
@@ -423,6 +424,10 @@ void llama_mtp_set_head_policy(llama_mtp * m, llama_mtp_head_policy policy) {
 
 int32_t llama_mtp_n_heads(const llama_mtp * m) {
     return m ? m->n_heads() : 0;
+}
+
+int32_t llama_mtp_parallel(const llama_mtp * m) {
+    return m && !m->multi() ? m->n_par : 0;
 }
 
 int32_t llama_mtp_peek_draft(llama_mtp * m, llama_token id_last, int32_t k, llama_token * out, float * logits) {

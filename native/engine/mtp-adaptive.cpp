@@ -102,7 +102,7 @@ double controller::step_time(int32_t k) const {
         return target_cost(1) + overhead.v;
     }
     const double w = catchup.n > 0 ? catchup.v : 0.0;
-    return overhead.v + k * draft_cost() + target_cost(k + 1) + w * accept(0, -1.0f);
+    return overhead.v + draft_time(k) + target_cost(k + 1) + w * accept(0, -1.0f);
 }
 
 double controller::ratio(int32_t k, double extra_ms) const {
@@ -355,12 +355,12 @@ double controller::best_extension(int32_t i, double p, int32_t n_from) const {
     // j + 2, plus the draft decodes after draft i
     const int32_t last = std::max(i, step_cap - 1);
     const double  base = size_cost(n_from);
-    const double  d    = draft_cost();
+    const double  d0   = draft_time(i + 1);
     double        best = -1e300;
     double        gain = 0.0;
     for (int32_t j = i; j <= last; ++j) {
         gain += p;
-        const double cost = size_cost(j + 2) - base + (j - i) * d;
+        const double cost = size_cost(j + 2) - base + draft_time(j + 1) - d0;
         best              = std::max(best, gain - rate * cost);
         p *= accept(j + 1, -1.0f);
     }
@@ -392,9 +392,11 @@ bool controller::keep(int32_t i, float c, bool * more) {
             *more = false;
             return false;
         }
-        // the next draft costs a draft decode on top: drafted if some length past it pays
+        // the next draft costs a draft decode on top (none within a parallel head's pass): drafted if some
+        // length past it pays
         const double p_next = p * accept(i + 1, -1.0f);
-        *more               = i + 1 < step_cap && best_extension(i + 1, p_next, i + 2) >= rate * draft_cost();
+        *more =
+            i + 1 < step_cap && best_extension(i + 1, p_next, i + 2) >= rate * (draft_time(i + 2) - draft_time(i + 1));
         if (!*more && i + 1 < step_cap && ++n_stops % 16 == 0) {
             *more     = true; // explore one position further: its acceptance and verify size stay measured
             extending = true;

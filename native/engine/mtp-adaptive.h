@@ -121,6 +121,7 @@ struct controller {
     static constexpr double  CHECK_KEEP = 0.5; // a check window (the policy behind) weighs this much more
 
     int32_t k_max  = 0;     // 0: off, every step drafts the length it is given
+    int32_t par    = 0;     // a parallel head drafts up to par tokens in one decode (0: one per decode)
     bool    pinned = false; // tests: the cost model is fixed (llama_mtp_pin_adaptive_costs)
 
     // ---- learned ----
@@ -233,6 +234,8 @@ struct controller {
     // estimated time per sequence of a target decode holding n tokens of this sequence (ms)
     double target_cost(int32_t n) const;
     double draft_cost() const;
+    // the draft decodes of a step drafting k: k, or one per par tokens with a parallel head
+    double draft_time(int32_t k) const { return (par > 1 ? (k + par - 1) / par : k) * draft_cost(); }
     // estimated P(draft i accepted | drafts before it accepted), at confidence c (< 0: unknown)
     double accept(int32_t i, float c) const;
     // expected tokens of a step drafting k (every draft kept), and that step's modelled time (ms)

@@ -1,8 +1,8 @@
 // pymtp: drafting. The MTP head(s) propose up to k tokens after tok0, autoregressively, each step
-// fed the head's own output state. greedy: the argmax of the raw MTP logits (on the backend when it
-// can be); chain / stochastic: q = the request's sampler chain (a clone, advanced along the draft
-// path only) on the MTP logits, then its top (chain) or a draw from it (stochastic). Drafting never
-// touches the target context or the caller's sampler.
+// fed the head's own output state (a parallel head: all of them in one decode, draft_parallel). greedy: the argmax of
+// the raw MTP logits (on the backend when it can be); chain / stochastic: q = the request's sampler chain (a clone,
+// advanced along the draft path only) on the MTP logits, then its top (chain) or a draw from it (stochastic). Drafting
+// never touches the target context or the caller's sampler.
 
 #include "mtp-engine.h"
 
@@ -82,6 +82,9 @@ int32_t llama_mtp::draft_at(llama_pos p0, llama_token tok0, const float * h0, in
 
 int32_t llama_mtp::draft_single(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path,
                                 bool keep_first) {
+    if (n_par > 1) {
+        return draft_parallel(p0, tok0, h0, k, path, keep_first);
+    }
     llama_token tok = tok0;
     h_draft.assign(h0, h0 + n_embd);
     int32_t rc = LLAMA_MTP_OK;
@@ -116,6 +119,73 @@ int32_t llama_mtp::draft_single(llama_pos p0, llama_token tok0, const float * h0
     }
     truncate_mtp_to(keep_first ? p0 + 1 : p0);
     return rc;
+}
+
+// A parallel head: one decode of the rows (tok0, h0) at p0 and (tok0, h0 + mask_i) at p0 + i
+// (i = 1..k-1, k <= n_par); row i's logits give draft i. Each row's logits depend only on the accepted
+// sequence (never on the drafts before it), so q for draft i (chain/stochastic: the request's chain,
+// advanced along the draft path, on row i) is a distribution given the drafts before it, as rejection
+// sampling needs. The mask rows leave the MTP KV like a sequential draft's rows do.
+int32_t llama_mtp::draft_parallel(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path,
+                                  bool keep_first) {
+    const auto    t0 = mtp::clock_type::now();
+    const int32_t n  = std::min(k, n_par);
+    par_h.resize((size_t) n * n_embd);
+    std::memcpy(par_h.data(), h0, sizeof(float) * n_embd);
+    for (int32_t i = 1; i < n; ++i) {
+        const float * m   = par_mask.data() + (size_t) (i - 1) * n_embd;
+        float *       row = par_h.data() + (size_t) i * n_embd;
+        for (int32_t e = 0; e < n_embd; ++e) {
+            row[e] = h0[e] + m[e];
+        }
+    }
+    int32_t rc = LLAMA_MTP_OK;
+    llama_batch_ext_clear(batch_mtp);
+    for (int32_t i = 0; i < n && rc == LLAMA_MTP_OK; ++i) {
+        if (!mtp::batch_add(batch_mtp, params.seq_id, tok0, p0 + i, par_h.data() + (size_t) i * n_embd, n_embd, true)) {
+            rc = LLAMA_MTP_ERR_ARG;
+        }
+    }
+    if (rc == LLAMA_MTP_OK && llama_process(ctx_mtp, LLAMA_PROCESS_TYPE_DECODE, batch_mtp) != 0) {
+        rc = LLAMA_MTP_ERR_DECODE;
+    }
+    if (rc == LLAMA_MTP_OK) {
+        stats.n_draft_decodes++;
+        for (int32_t i = 0; i < n; ++i) {
+            const llama_token tok = choose_draft(path, ctx_mtp, i, i);
+            if (i == 0) {
+                ctrl.timed_draft(mtp::ms_since(t0)); // the whole pass: the controller's draft cost
+            }
+            if (tok == LLAMA_TOKEN_NULL) {
+                break;
+            }
+            bool more = true;
+            if (!keep_draft(i, &more)) {
+                break;
+            }
+            drafts.push_back(tok);
+            if (llama_vocab_is_eog(vocab, tok) || !more) {
+                break;
+            }
+        }
+    }
+    truncate_mtp_to(keep_first ? p0 + 1 : p0);
+    return rc;
+}
+
+void llama_mtp::init_parallel() {
+    n_par = 0;
+    par_mask.clear();
+    const llama_model * model = llama_get_model(ctx_mtp);
+    const int32_t       n     = llama_model_mtp_parallel(model, 0, nullptr);
+    if (n > 1) {
+        par_mask.resize((size_t) (n - 1) * n_embd);
+        if (llama_model_mtp_parallel(model, 0, par_mask.data()) == n) {
+            n_par    = n;
+            k_max    = std::min(k_max, n_par); // one decode, at most K drafts a step
+            ctrl.par = n_par;
+        }
+    }
 }
 
 // Step i runs head j = head_of_step(i) on the rows it has not seen this round, positions from p0 (or
@@ -227,7 +297,8 @@ void llama_mtp::set_backend_greedy(bool on) {
 // clone of the request's chain, advanced along the draft path only. The caller frees it.
 llama_sampler * llama_mtp::draft_path(llama_sampler * smpl) {
     llama_sampler * path = mode == LLAMA_MTP_DRAFT_GREEDY || smpl == nullptr ? nullptr : llama_sampler_clone(smpl);
-    set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off);
+    // (not for a parallel head's pass: backend sampling takes one output row per sequence)
+    set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off && n_par <= 1);
     return path;
 }
 

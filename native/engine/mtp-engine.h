@@ -9,8 +9,8 @@
 //                      hidden rows they pair with, and the named rollback (truncate_to)
 //   mtp-heads.cpp      several MTP blocks: which head drafts a step, per-head caches kept equal to
 //                      a from-scratch pass (cascade), state rings
-//   mtp-draft.cpp      drafting: single- and multi-head, greedy on the backend or with the
-//                      request's sampler chain (q), inspection (peek)
+//   mtp-draft.cpp      drafting: single- and multi-head, parallel heads (K drafts in one decode),
+//                      greedy on the backend or with the request's sampler chain (q), inspection (peek)
 //   mtp-verify.cpp     verification: exact match, rejection sampling, synthetic acceptance
 //   mtp-dist.cpp       distributions of a sampler chain (p, q) and the residual draw
 //   mtp-names.cpp      the one vocabulary of options (draft modes, head policies, limits, "auto")
@@ -176,6 +176,10 @@ struct llama_mtp {
     bool                         backend_greedy_off = false;   // not offloadable here: argmax on the host
     float *                      peek_logits        = nullptr; // llama_mtp_peek_draft: each step's MTP logits
     float                        draft_conf         = -1.0f;   // the head's confidence in the last draft (< 0: unknown)
+    // parallel head (llama_model_mtp_parallel): one decode drafts up to n_par tokens; 0: one per decode
+    int32_t                      n_par              = 0;
+    std::vector<float>           par_mask; // its n_par - 1 mask rows (n_embd each)
+    std::vector<float>           par_h;    // this step's input rows: h0, then h0 + mask_i
 
     // ---- adaptive draft length (mtp-adaptive.cpp) ----
     mtp::controller             ctrl;
@@ -239,6 +243,9 @@ struct llama_mtp {
     int32_t         draft_single(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path,
                                  bool keep_first);
     int32_t         draft_multi(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path);
+    int32_t         draft_parallel(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path,
+                                   bool keep_first);
+    void            init_parallel(); // n_par and the mask rows of ctx_mtp's head 0
     llama_sampler * draft_path(llama_sampler * smpl);
     llama_token     choose_draft(llama_sampler * path, llama_context * ctx, int32_t row, int32_t i);
     // after choose_draft: ask the controller whether draft i stays and whether another follows

@@ -264,6 +264,18 @@ LLAMA_API void llama_mtp_set_head_policy(struct llama_mtp * mtp, enum llama_mtp_
 // Number of heads the engine drafts with (1 without llama_mtp_set_heads; 0 without an MTP context).
 LLAMA_API int32_t llama_mtp_n_heads(const struct llama_mtp * mtp);
 
+// ---- Parallel drafting (`pymtp graft --parallel K`) ----
+// A parallel head drafts up to K tokens in one MTP decode: the row (x_p, h_{p-1}) at position p and K-1
+// mask rows (x_p, h_{p-1} + mask_i) at p + i, mask_i learned rows stored with the head
+// (blk.{n_layer + head}.nextn.hnorm.mask, [n_embd, K-1]); row i's logits draft x_{p+1+i}.
+// Returns K for MTP block `head` of the model (1: an ordinary head; 0: no such block) and, when rows is
+// not NULL, copies the K-1 mask rows (n_embd floats each) there.
+LLAMA_API int32_t llama_model_mtp_parallel(const struct llama_model * model, int32_t head, float * rows);
+
+// Tokens one draft decode of the engine gives: K with a parallel head (single-head drafting; the
+// engine then drafts at most K tokens a step), 0 when it drafts one token per decode.
+LLAMA_API int32_t llama_mtp_parallel(const struct llama_mtp * mtp);
+
 // Inspection: the greedy draft of k tokens (k <= LLAMA_MTP_MAX_DRAFT) that would follow id_last at
 // position llama_mtp_n_past, from the current state, and the raw MTP logits of each step
 // (logits: NULL or k * n_vocab floats). id_last = LLAMA_TOKEN_NULL: the engine's own pending token.

@@ -19,6 +19,10 @@
 //     embed_tokens.d2t maps row i to its token id; the logits come back over the whole vocabulary,
 //     -inf outside
 //   all norms: eps = the model's RMS eps; weights used as stored (like the trunk).
+//   parallel drafting (pymtp graft --parallel K): the head also holds blk.L.nextn.hnorm.mask
+//     [n_embd, K-1]; one decode drafts K tokens from the rows (x_p, h_{p-1}) at p and
+//     (x_p, h_{p-1} + mask_i) at p + i (i = 1..K-1), row i predicting x_{p+1+i}; the graph is the one
+//     above (the engine builds the rows: llama_model_mtp_parallel, native/engine/mtp-draft.cpp)
 
 #include "draft-vocab.h"
 #include "models/models.h" // upstream src/ is on the llama target's include path
@@ -98,6 +102,12 @@ void llama_dense_mtp_load_tensors(llama_model_base & m, llama_model_loader & ml)
         }
         layer.nextn.embed_tokens =
             m.create_tensor(tn(LLM_TENSOR_NEXTN_EMBED_TOKENS, "weight", il), { n_embd, n_vocab }, opt);
+        // a parallel-drafting head (pymtp graft --parallel K): its K-1 learned mask rows, read by the engine
+        // (llama_model_mtp_parallel); the graph itself is the same for every row
+        const auto mask_name = tn(LLM_TENSOR_NEXTN_HNORM, "mask", il);
+        if (const auto * mask_meta = ml.get_tensor_meta(mask_name.str().c_str())) {
+            m.create_tensor(mask_name, { n_embd, mask_meta->ne[1] }, flags);
+        }
     }
 }
 

@@ -52,6 +52,7 @@ common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request &
     return common_json{
         { "mode", req.mode },
         { "heads", mtp ? llama_mtp_n_heads(mtp) : 0 },
+        { "parallel", mtp ? llama_mtp_parallel(mtp) : 0 },
         { "head_policy", req.head_policy },
         { "verify", engine ? "engine" : "grammar" },
         { "drafted", n_drafted },

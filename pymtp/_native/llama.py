@@ -254,6 +254,9 @@ _SIGNATURES = {
     "llama_mtp_set_heads": (C.c_int32, [p_mtp, C.POINTER(p_ctx), C.c_int32]),
     "llama_mtp_set_head_policy": (None, [p_mtp, C.c_int]),
     "llama_mtp_n_heads": (C.c_int32, [p_mtp]),
+    # parallel drafting heads
+    "llama_mtp_parallel": (C.c_int32, [p_mtp]),
+    "llama_model_mtp_parallel": (C.c_int32, [p_model, C.c_int32, C.POINTER(C.c_float)]),
     "llama_mtp_peek_draft": (C.c_int32, [p_mtp, llama_token, C.c_int32, C.POINTER(llama_token), C.POINTER(C.c_float)]),
     # the engine's option vocabulary (pymtp/options.py mirrors it; tests/test_options.py checks)
     "llama_mtp_draft_limit": (C.c_int32, []),

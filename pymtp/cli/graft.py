@@ -29,6 +29,11 @@ loads next to the base (--mtp-head, or <model>.mtp.gguf beside the model).
    entries. All heads train together, teacher-forced, the loss summed over
    heads (weights 1, 1/2, 1/4, ...); the validation reports each head's top-1
    agreement with the base;
+   --parallel K trains a parallel head instead: one pass drafts K tokens, from
+   the real entry (x_p, h_{p-1}) and K-1 learned mask entries at p+1..p+K-1
+   (the mask rows are trained tensors stored in the head); entry i predicts
+   x_{p+1+i}, so the draft cost stays one MTP decode whatever K is. The engine
+   drafts with it without new flags (at most K tokens a step);
 3. output: HEAD.gguf (f16 or q8_0 matrices; N heads: nextn_predict_layers = N,
    blocks n_layer .. n_layer+N-1) with provenance keys, a resumable
    checkpoint HEAD.gguf.ckpt.pt, and optionally a JSON report;
@@ -46,6 +51,7 @@ examples:
   pymtp graft base.gguf -o head.gguf --device cpu --samples 64 --steps 200 --batch 4 --seq-len 256
   pymtp graft base.gguf -o head.gguf --resume           # continue an interrupted run
   pymtp graft base.gguf -o base.mtp3.gguf --heads 3     # 3 chained heads (one per draft step)
+  pymtp graft base.gguf -o base.par4.gguf --parallel 4  # 4 drafts in one MTP decode
   pymtp generate base.gguf --mtp-head head.gguf -p "Hello"   # use the head"""
 
 TORCH_MISSING = "pymtp graft needs PyTorch: pip install 'pymtp[graft]'"
@@ -72,6 +78,10 @@ def register(subparsers) -> None:
                    help="MTP heads to train and write, 1..8: head j drafts step j+1, fed head j-1's "
                         "output hidden state (default: 1; with N > 1 each head is one draft step and "
                         "--chain does not apply)")
+    g.add_argument("--parallel", type=int, default=0, metavar="K",
+                   help="train a parallel head: one MTP decode drafts K tokens (2..8), from the real "
+                        "entry and K-1 learned mask entries; takes neither --heads N nor --chain "
+                        "(default: 0 = a sequential head, one token per MTP decode)")
     g.add_argument("--chain", type=int, default=None, metavar="K",
                    help="draft steps trained for one head (--heads 1): 1 = teacher-forced only, "
                         "K > 1 also trains steps 2..K fed the head's own output (default: 2)")
@@ -136,6 +146,9 @@ def validate(args) -> None:
     check(args.chain is None or 1 <= args.chain <= 8, f"--chain must be in 1..8 (got {args.chain})")
     check(args.chain is None or args.heads == 1,
           "--chain applies to --heads 1 only (with --heads N each head is one draft step)")
+    check(args.parallel == 0 or 2 <= args.parallel <= 8, f"--parallel must be in 2..8 (got {args.parallel})")
+    check(args.parallel == 0 or (args.heads == 1 and args.chain in (None, 1)),
+          "--parallel K trains one head, teacher-forced: it takes neither --heads N nor --chain")
     check(args.samples >= 0, f"--samples must be >= 0 (got {args.samples})")
     check(args.samples > 0 or args.corpus, "--samples 0 needs --corpus files")
     check(args.samples == 0 or args.samples >= 2, f"--samples must be >= 2 (got {args.samples})")
@@ -197,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
         base=Path(base), out=out,
         train=TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
                           seed=args.seed, device=args.device,
-                          chain=args.chain if args.chain is not None else (2 if args.heads == 1 else 1),
+                          chain=args.chain if args.chain is not None else
+                          (2 if args.heads == 1 and not args.parallel else 1), parallel=args.parallel,
                           init=args.init, ce_weight=args.ce_weight, cache_gb=args.cache_gb,
                           threads=args.threads, loss_positions=args.loss_positions, heads=args.heads),
         gen=GenConfig(samples=args.samples, gen_tokens=args.gen_tokens, seed=args.seed,
@@ -211,6 +225,8 @@ def run(args: argparse.Namespace) -> int:
     line = f"wrote {out}"
     if args.heads > 1:
         line += f" ({args.heads} heads)"
+    if args.parallel:
+        line += f" (parallel, {args.parallel} drafts a decode)"
     if val:
         if args.heads > 1:
             line += ": val top-1 agreement with the base per head: " + ", ".join(
@@ -218,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             line += f": val top-1 agreement {val['agree']:.3f}"
             if len(val["per_step"]) > 1:
-                line += " (draft steps: " + ", ".join(f"{s['agree']:.3f}" for s in val["per_step"]) + ")"
+                line += " (draft positions: " + ", ".join(f"{s['agree']:.3f}" for s in val["per_step"]) + ")"
     print(line)
     acc = report.get("acceptance")
     if acc:

@@ -159,4 +159,5 @@ class Generation:
         adaptive = L.llama_mtp_adaptive_stats()
         self.rt.lib.llama_mtp_get_adaptive_stats(self.rt.engine, C.byref(adaptive))
         return Stats.from_native(raw, mtp=self.rt.ctx_mtp is not None, n_draft=self.n_draft, generate_ms=gen_ms,
-                                 draft=self.draft, adaptive=adaptive)
+                                 draft=self.draft, adaptive=adaptive,
+                                 parallel=self.rt.parallel() if self.rt.ctx_mtp is not None else 0)

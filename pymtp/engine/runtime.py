@@ -345,6 +345,10 @@ class Runtime:
         """MTP layers the engine drafts with (1 with heads="first" or a one-layer head; 0 without MTP)."""
         return int(self.lib.llama_mtp_n_heads(self.engine))
 
+    def parallel(self) -> int:
+        """Tokens one draft decode gives: K with a parallel head (pymtp graft --parallel K), else 0."""
+        return int(self.lib.llama_mtp_parallel(self.engine))
+
     def clear(self) -> None:
         """Empty the sequence in both contexts: the next prefill starts cold."""
         self.lib.llama_mtp_clear(self.engine)

@@ -26,6 +26,7 @@ class Stats:
     accepted_per_position: list[int] = field(default_factory=list)
     n_draft_decodes: int = 0
     n_catchup_decodes: int = 0   # MTP decodes writing teacher-forced KV (one per head per target decode)
+    parallel: int = 0            # a parallel head drafts up to this many tokens in one decode (0: one per decode)
     prefill_ms: float = 0.0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
@@ -37,7 +38,7 @@ class Stats:
 
     @classmethod
     def from_native(cls, s, *, mtp: bool, n_draft: int | str, generate_ms: float, draft: str = "greedy",
-                    adaptive=None) -> "Stats":
+                    adaptive=None, parallel: int = 0) -> "Stats":
         n_pos = max((i + 1 for i in range(len(s.drafted_per_pos)) if s.drafted_per_pos[i]), default=0)
         return cls(
             mtp=mtp, n_draft=n_draft, draft=draft,
@@ -45,7 +46,7 @@ class Stats:
             n_drafted=s.n_drafted, n_accepted=s.n_accepted,
             drafted_per_position=[int(s.drafted_per_pos[i]) for i in range(n_pos)],
             accepted_per_position=[int(s.accepted_per_pos[i]) for i in range(n_pos)],
-            n_draft_decodes=s.n_draft_decodes, n_catchup_decodes=s.n_catchup_decodes,
+            n_draft_decodes=s.n_draft_decodes, n_catchup_decodes=s.n_catchup_decodes, parallel=parallel,
             prefill_ms=s.t_prefill_ms, draft_ms=s.t_draft_ms, verify_ms=s.t_verify_ms,
             sample_ms=s.t_sample_ms, catchup_ms=s.t_catchup_ms, generate_ms=generate_ms,
             adaptive=adaptive_dict(adaptive) if mtp and adaptive is not None and adaptive.k_max > 0 else None,
@@ -94,7 +95,8 @@ class Stats:
         if not self.mtp:
             return head + " | mtp off"
         per_pos = " ".join(f"{r:.2f}" for r in self.accept_per_position) or "-"
-        line = (f"{head} | mtp {self.draft} n_draft={self.n_draft}: accepted {self.n_accepted}/{self.n_drafted} "
+        par = f" parallel={self.parallel}" if self.parallel else ""
+        line = (f"{head} | mtp {self.draft} n_draft={self.n_draft}{par}: accepted {self.n_accepted}/{self.n_drafted} "
                 f"({self.acceptance_rate:.0%}), per position [{per_pos}], "
                 f"mean accepted length {self.mean_accepted_length:.2f}")
         if self.adaptive:

@@ -20,6 +20,12 @@ MTP head at position p, inputs (x_p, h_{p-1}) (h_{-1} = 0):
     out = RMSNorm(z) * shared_head_norm           (the next draft step's h)
     logits = LM head(out)                         (the base's, shared and frozen)
 
+A parallel head (``pymtp graft --parallel K``) also holds K-1 learned mask rows m_1..m_{K-1}
+(GGUF blk.L.nextn.hnorm.mask, [n_embd, K-1]) and drafts K tokens in one pass: the entry
+(x_p, h_{p-1}) at position p, then mask entries (x_p, h_{p-1} + m_i) at p + i; mask entry i attends
+to the MTP entries at positions <= p and to mask entries 1..i of its own pass, and predicts
+x_{p+1+i}. The mask entries are dropped after the pass (the MTP KV cache holds only (x_p, h_{p-1})).
+
 Several chained heads (``pymtp graft --heads N``, stored at blk.{n_layer + j}, nextn layer
 offset j): head j's entry at position p pairs x_p with g_{j-1}(p-1), where g_{-1} = the trunk's
 h and g_j(q) = head j's ``out`` at q; each head attends causally over its own entries (its own
@@ -377,13 +383,15 @@ NEXTN_SUFFIXES = ("nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.wei
                   "nextn.shared_head_norm.weight")
 
 INIT_CHOICES = ("mix", "h", "e")
+MASK_SUFFIX = "nextn.hnorm.mask"   # a parallel head's mask rows (native/models/parallel-draft.cpp)
 
 
 class MTPHead(nn.Module):
     """The trainable MTP block; embeddings and the LM head come from the (frozen) base."""
 
     def __init__(self, hp: HParams, block: dict, eh_proj: torch.Tensor, enorm: torch.Tensor,
-                 hnorm: torch.Tensor, shared_head_norm: torch.Tensor, index: int = 0):
+                 hnorm: torch.Tensor, shared_head_norm: torch.Tensor, index: int = 0,
+                 mask: torch.Tensor | None = None):
         super().__init__()
         self.hp = hp
         self.index = index          # nextn layer offset: the head is stored at blk.{n_layer + index}
@@ -392,6 +400,21 @@ class MTPHead(nn.Module):
         self.enorm = nn.Parameter(enorm.clone().float())
         self.hnorm = nn.Parameter(hnorm.clone().float())
         self.shared_head_norm = nn.Parameter(shared_head_norm.clone().float())
+        # parallel drafting: the K-1 mask rows [K-1, n_embd] (None: an ordinary head)
+        self.mask = None if mask is None else nn.Parameter(mask.clone().float())
+
+    @property
+    def parallel(self) -> int:
+        """K: tokens one pass drafts (0: an ordinary head, one token per pass)."""
+        return 0 if self.mask is None else int(self.mask.shape[0]) + 1
+
+    def make_parallel(self, k: int, seed: int = 0) -> "MTPHead":
+        """Give the head K-1 mask rows, N(0, 0.02) (mask entries start as copies of the real one)."""
+        if k < 2:
+            raise ValueError(f"a parallel head drafts K >= 2 tokens a pass (got {k})")
+        g = torch.Generator().manual_seed(seed + 7919)
+        self.mask = nn.Parameter(torch.randn(k - 1, self.hp.n_embd, generator=g) * 0.02)
+        return self
 
     @classmethod
     def from_base(cls, base: BaseGGUF, init: str = "mix", seed: int = 0, index: int = 0) -> "MTPHead":
@@ -435,7 +458,8 @@ class MTPHead(nn.Module):
         block = {n[len(f"blk.{L}."):]: v for n, v in t.items() if not n.startswith(f"blk.{L}.nextn.")}
         nx = {s: t[f"blk.{L}.{s}"] for s in NEXTN_SUFFIXES}
         return cls(hp, block, nx["nextn.eh_proj.weight"], nx["nextn.enorm.weight"],
-                   nx["nextn.hnorm.weight"], nx["nextn.shared_head_norm.weight"], index=index)
+                   nx["nextn.hnorm.weight"], nx["nextn.shared_head_norm.weight"], index=index,
+                   mask=t.get(f"blk.{L}.{MASK_SUFFIX}"))
 
     def gguf_tensors(self) -> dict:
         """{gguf name: float32 numpy} of the head at block index n_layer + index."""
@@ -447,6 +471,8 @@ class MTPHead(nn.Module):
         out[f"blk.{L}.nextn.enorm.weight"] = self.enorm.detach().float().cpu().numpy()
         out[f"blk.{L}.nextn.hnorm.weight"] = self.hnorm.detach().float().cpu().numpy()
         out[f"blk.{L}.nextn.shared_head_norm.weight"] = self.shared_head_norm.detach().float().cpu().numpy()
+        if self.mask is not None:
+            out[f"blk.{L}.{MASK_SUFFIX}"] = self.mask.detach().float().cpu().numpy()
         return out
 
     def project(self, emb: torch.Tensor, h_prev: torch.Tensor) -> torch.Tensor:
@@ -474,6 +500,51 @@ class MTPHead(nn.Module):
             att = chained_attention(q, k, v, history, blk.kq_scale)
         z = blk.attn_out_ffn(x, att)
         return rms_norm(z, self.shared_head_norm, self.hp.rms_eps), (k, v)
+
+
+    def parallel_forward(self, emb: torch.Tensor, h_prev: torch.Tensor, cos, sin) -> list:
+        """One parallel pass per position p of a whole sequence (teacher-forced): [out_0, .., out_{K-1}],
+        each [B, T, D]; out_i at index p is mask entry i of the pass anchored at p (out_0: the real
+        entry (x_p, h_{p-1})), which predicts x_{p+1+i}. cos/sin: rope tables of >= T + K - 1 positions."""
+        blk, hp = self.block, self.hp
+        T = emb.shape[1]
+        xs, qs, ks, vs = [], [], [], []
+        for i in range(self.parallel):
+            h_in = h_prev if i == 0 else h_prev + self.mask[i - 1].to(h_prev.dtype)
+            x = self.project(emb, h_in)
+            cur = rms_norm(x, blk.w("attn_norm.weight"), hp.rms_eps)
+            q, k, v = blk.qkv(cur, cos[i:i + T], sin[i:i + T])    # mask entry i sits at position p + i
+            xs.append(x), qs.append(q), ks.append(k), vs.append(v)
+        outs = []
+        for i in range(self.parallel):
+            att = parallel_attention(qs[i], ks[0], vs[0], ks[1:i + 1], vs[1:i + 1], blk.kq_scale)
+            z = blk.attn_out_ffn(xs[i], att)
+            outs.append(rms_norm(z, self.shared_head_norm, hp.rms_eps))
+        return outs
+
+
+def parallel_attention(q, k0, v0, ks, vs, scale):
+    """Attention of mask entry i = len(ks) of the passes anchored at every p: over the real entries at
+    positions <= p (k0, v0: [B, Hkv, T, hd]) and the pass's own mask entries 1..i (ks[j] at the same p)."""
+    H = q.shape[1]
+    groups = H // k0.shape[1]
+
+    def rep(t):
+        return t.repeat_interleave(groups, dim=1).float() if groups > 1 else t.float()
+
+    qf = q.float()
+    T = q.shape[2]
+    pos = torch.arange(T, device=q.device)
+    scores = [torch.where((pos[None, :] <= pos[:, None])[None, None], qf @ rep(k0).transpose(-1, -2) * scale,
+                          float("-inf"))]
+    vals = [rep(v) for v in vs]
+    for k in ks:
+        scores.append((qf * rep(k)).sum(-1, keepdim=True) * scale)
+    p = torch.softmax(torch.cat(scores, dim=-1), dim=-1)
+    out = p[..., :T] @ rep(v0)
+    for j, v in enumerate(vals):
+        out = out + p[..., T + j: T + j + 1] * v
+    return out.to(q.dtype)
 
 
 def _shift(x: torch.Tensor, d: int) -> torch.Tensor:

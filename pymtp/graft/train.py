@@ -81,6 +81,7 @@ class TrainConfig:
     threads: int = 0                  # CPU threads for torch (0: torch's default)
     loss_positions: str = "generated"  # "generated": where drafts are made (corpus: all); "all"
     heads: int = 1                    # chained MTP heads trained and written (1: one head, --chain)
+    parallel: int = 0                 # K >= 2: a parallel head, K drafts in one pass (0: sequential)
 
 
 @dataclass
@@ -217,7 +218,8 @@ class Distiller:
         self.base, self.head, self.cfg, self.device, self.autocast = base, head, cfg, device, autocast
         self.heads = list(head) if isinstance(head, torch.nn.ModuleList) else None
         hp = base.hp
-        pos = torch.arange(cfg.seq_len, device=device)
+        self.parallel = 0 if self.heads else head.parallel
+        pos = torch.arange(cfg.seq_len + max(self.parallel, 1), device=device)
         # the MTP block is a global-attention layer with the model's (global) rope
         self.cos, self.sin = rope_tables(pos, hp.n_rot, hp.rope_base, hp.rope_freq_scale, base.rope_freqs)
         self.use_ckpt = device.type == "cuda"
@@ -259,6 +261,8 @@ class Distiller:
         tgt = torch.full_like(x, -1)
         tgt[:, :-1] = torch.where(valid[:, 1:], x[:, 1:], -1)
         pos = torch.arange(T, device=x.device)
+        if self.parallel:
+            return self._parallel(x, valid, lmask, h, tgt, all_rows)
         with self.autocast():
             emb = self.base.tok_embd[x]
             h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
@@ -285,6 +289,37 @@ class Distiller:
                 stats.append({"kl": float((kl.detach() * wf).sum()) / n, "agree": int((agree & w).sum()) / n,
                               "agree_all": float(agree.float().mean()), "n": n, "n_all": int(rows.sum())})
                 h_prev = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
+        return total / wsum, stats
+
+
+    def _parallel(self, x, valid, lmask, h, tgt, all_rows):
+        """A parallel head: one pass per position p; entry i of the pass at p learns the base's
+        distribution at p + i (the token x_{p+1+i}), loss weight chain_weight^i; stats per entry."""
+        B, T = x.shape
+        cfg = self.cfg
+        K = self.parallel
+        with self.autocast():
+            emb = self.base.tok_embd[x]
+            h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+            outs = self.head.parallel_forward(emb, h_prev, self.cos[:T + K - 1], self.sin[:T + K - 1])
+            total, wsum, stats = 0.0, 0.0, []
+            for i, out in enumerate(outs):
+                # the pass at p reaches p + i: that position must exist (its h is the teacher)
+                ahead = torch.zeros_like(valid)
+                ahead[:, :T - i] = valid[:, i:]
+                rows = (valid if all_rows else lmask) & ahead
+                w = lmask[rows]
+                n = int(w.sum())
+                if n == 0:
+                    break
+                b, p = rows.nonzero(as_tuple=True)
+                kl, ce, agree = self._loss_rows(out[b, p], h[b, p + i], tgt[b, p + i])
+                wf = w.float()
+                loss = ((kl + cfg.ce_weight * ce) * wf).sum() / n
+                ws = cfg.chain_weight ** i
+                total, wsum = total + ws * loss, wsum + ws
+                stats.append({"kl": float((kl.detach() * wf).sum()) / n, "agree": int((agree & w).sum()) / n,
+                              "agree_all": float(agree.float().mean()), "n": n, "n_all": int(rows.sum())})
         return total / wsum, stats
 
 
@@ -467,6 +502,11 @@ def _build_models(job: GraftJob, device: torch.device, log):
         raise PymtpError(f"heads must be >= 1 (got {n_heads})")
     # head 0 exactly as a single-head run; head j >= 1: the same recipe, noise seeded seed + j
     head_inits = [MTPHead.from_base(base_g, init=cfg.init, seed=cfg.seed + j, index=j) for j in range(n_heads)]
+    if cfg.parallel:
+        if n_heads > 1 or cfg.chain > 1:
+            raise PymtpError("a parallel head (--parallel K) is one head trained teacher-forced: "
+                             "it takes neither --heads N nor --chain")
+        head_inits[0].make_parallel(cfg.parallel, seed=cfg.seed)
     base_g.tensors = {}  # the BaseModel and the head hold what is needed
     return base_g, base, head_inits
 
@@ -520,6 +560,8 @@ def _settings_key(job: GraftJob, base_g, n_heads: int) -> dict:
            "loss_positions": cfg.loss_positions}
     if n_heads > 1:
         key["heads"] = n_heads
+    if cfg.parallel:
+        key["parallel"] = cfg.parallel
     return key
 
 
@@ -649,7 +691,7 @@ def _val_message(v: dict, step: int, n_heads: int) -> str:
     if n_heads > 1:
         msg += _heads_note(v, n_heads)
     elif len(v["per_step"]) > 1:
-        msg += " (chained: " + ", ".join(f"{s['agree']:.3f}" for s in v["per_step"][1:]) + ")"
+        msg += " (draft positions 2..: " + ", ".join(f"{s['agree']:.3f}" for s in v["per_step"][1:]) + ")"
     return msg
 
 
@@ -673,6 +715,8 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
     }
     heads = [head] if n_heads == 1 else list(head)
     per_head = [float(st["agree"]) for st in final_val["per_step"]] if final_val else []
+    if cfg.parallel:
+        provenance["parallel"] = int(cfg.parallel)
     if n_heads > 1:
         provenance["heads"] = n_heads
         if per_head:
@@ -714,7 +758,7 @@ def _check_acceptance(job: GraftJob, base_g, head, n_heads: int, step: int, fina
     prompts = held_out_prompts(job.gen, job.check_prompts) if job.check_prompts > 0 and job.gen.samples else []
     if not prompts:
         return None
-    k = max(3, n_heads)
+    k = max(3, n_heads, job.train.parallel)
     t0 = time.time()
 
     def measure(path):

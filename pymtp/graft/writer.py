@@ -10,7 +10,8 @@ Head-only file (what llama.cpp loads next to the base: llama_model_load_from_fil
     tensors blk.{n_layer + j}.*     head j (j = 0..N-1): the block (base names) +
                                     nextn.eh_proj/enorm/hnorm/shared_head_norm
 
-Matrices are f16 (default) or q8_0; 1-D tensors (norms, biases) stay f32.
+Matrices are f16 (default) or q8_0; 1-D tensors (norms, biases) and a parallel head's mask rows
+(blk.L.nextn.hnorm.mask, pymtp graft --parallel K) stay f32.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _add_tensor(gw, name: str, array: np.ndarray, head_type: str) -> None:
     from gguf.quants import quantize
 
     array = np.ascontiguousarray(array, dtype=np.float32)
-    if array.ndim < 2:
+    if array.ndim < 2 or name.endswith(".mask"):   # a parallel head's mask rows stay f32
         gw.add_tensor(name, array)
     elif head_type == "q8_0" and array.shape[-1] % 32 == 0:
         q = quantize(array, gguf.GGMLQuantizationType.Q8_0)

@@ -1,0 +1,159 @@
+"""Parallel drafting heads (pymtp graft --parallel K): K drafts in one MTP decode.
+
+A tiny end-to-end graft writes a parallel head; the native engine drafts with it in one decode per
+step (what torch computes for the pass), stays lossless (greedy identity, the joint law at T>0 by
+chi-square), and after random accept/reject patterns its MTP KV equals a fresh replay's (the mask
+rows never stay). Models: the tiny random dense GGUFs of test_graft (CPU, seconds).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+import pymtp
+from pymtp.cli.main import main
+from test_graft import CHECK_SEQ, CORPUS, GRAFT_ARGS, N_LAYER, D, expected_head_names, write_tiny
+
+K = 3
+
+
+@pytest.fixture(scope="module")
+def parallel_head(tmp_path_factory):
+    out = tmp_path_factory.mktemp("graft-parallel")
+    base = write_tiny(out / "tiny-llama.gguf", "llama", seed=1)
+    corpus = out / "corpus.txt"
+    corpus.write_text(CORPUS)
+    head, report = out / "par.gguf", out / "par.json"
+    rc = main(["graft", str(base), "-o", str(head), "--report", str(report), "--parallel", str(K),
+               "--data-cache", str(out / "cache"), "--corpus", str(corpus), *GRAFT_ARGS])
+    assert rc == 0
+    return base, head, json.loads(report.read_text())
+
+
+def open_model(base, head, **kw):
+    return pymtp.Model(base, mtp="on", mtp_head=head, n_ctx=256, n_threads=1, **kw)
+
+
+def test_parallel_head_file_and_training(parallel_head):
+    """The head holds its K-1 mask rows (f32, [n_embd, K-1]) next to an ordinary head's tensors;
+    every entry of the pass learns (KL down, agreement up)."""
+    _, head, report = parallel_head
+    r = gguf.GGUFReader(str(head))
+    names = {t.name for t in r.tensors}
+    mask = f"blk.{N_LAYER}.nextn.hnorm.mask"
+    assert names == expected_head_names(N_LAYER) | {mask}
+    t = next(t for t in r.tensors if t.name == mask)
+    assert [int(x) for x in t.shape] == [D, K - 1]
+    assert t.tensor_type == gguf.GGMLQuantizationType.F32
+    assert r.get_field("pymtp.graft.parallel").contents() == K
+    val = report["history"]["val"]
+    first, last = val[0]["per_step"], val[-1]["per_step"]
+    assert len(first) == len(last) == K
+    for i in range(K):
+        assert last[i]["kl"] < first[i]["kl"], (i, first[i], last[i])
+    assert report["acceptance"]["k"] == K
+
+
+def test_engine_drafts_the_pass_torch_computes(parallel_head):
+    """One engine draft (peek) of K tokens = torch's parallel pass at the last position: the same
+    logits for every entry, from one MTP decode."""
+    from pymtp.graft.gguf_weights import load_base
+    from pymtp.graft.torch_model import BaseModel, MTPHead, rope_tables
+    from test_multihead import fresh_peek
+
+    base_path, head_path = parallel_head[0], parallel_head[1]
+    seq = CHECK_SEQ
+    with open_model(base_path, head_path, n_draft=K) as m:
+        assert m.parallel == K
+    toks, logits = fresh_peek(open_model(base_path, head_path, n_draft=K), seq, K)
+    assert len(toks) == K
+
+    base_g = load_base(base_path, with_sha=False)
+    base, hp = BaseModel(base_g), base_g.hparams
+    head = MTPHead.from_gguf(hp, head_path)
+    assert head.parallel == K
+    T = len(seq)
+    with torch.no_grad():
+        x = torch.tensor([seq])
+        h = base(x)
+        cos, sin = rope_tables(torch.arange(T + K), hp.n_rot, hp.rope_base, hp.rope_freq_scale, base.rope_freqs)
+        h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+        outs = head.parallel_forward(base.tok_embd[x], h_prev, cos, sin)
+        want = np.stack([base.logits(o[0, -1]).numpy() for o in outs])
+    got = np.asarray(logits, dtype=np.float32).reshape(K, -1)
+    assert float(np.abs(got - want).max()) < 5e-2          # f16 head matrices
+    assert toks == [int(w.argmax()) for w in want]
+
+
+@pytest.mark.parametrize("n_draft", [K, "auto"])
+def test_parallel_head_is_lossless_one_decode_a_step(parallel_head, n_draft):
+    base, head, _ = parallel_head
+    with pymtp.Model(base, mtp="off", n_ctx=256, n_threads=1) as off:
+        ref = off.generate(CHECK_SEQ, max_tokens=48).tokens
+    with open_model(base, head, n_draft=n_draft) as m:
+        m.set_synthetic_acceptance([0.9, 0.8, 0.7])       # drafts get accepted: long steps happen
+        gen = m.generate(CHECK_SEQ, max_tokens=48)
+    with open_model(base, head, n_draft=n_draft) as m:
+        out = m.generate(CHECK_SEQ, max_tokens=48)
+    assert out.tokens == ref
+    s = gen.stats.to_dict()
+    assert s["parallel"] == K and "parallel=3" in gen.stats.summary_line()
+    assert s["n_drafted"] > s["n_draft_decodes"] > 0        # several drafts per MTP decode
+    assert max(len(s["drafted_per_position"]), 0) <= K
+
+
+def test_parallel_head_caches_equal_a_fresh_replay(parallel_head):
+    """After random accept/reject patterns the MTP KV holds what a fresh prefill of the accepted
+    tokens writes: the next draft (tokens and logits) equals a fresh engine's."""
+    from test_multihead import fresh_peek
+
+    base, head, _ = parallel_head
+    with open_model(base, head, n_draft=K) as m:
+        m.set_synthetic_acceptance([0.8, 0.5, 0.3])
+        gen = m.generate(CHECK_SEQ, max_tokens=37)
+        held = CHECK_SEQ + (gen.tokens if gen.finish_reason == "eos" else gen.tokens[:-1])
+        assert gen.stats.n_accepted > 0 and gen.stats.n_drafted > gen.stats.n_accepted
+        toks, logits = m.rt.peek_draft(K, id_last=CHECK_SEQ[0])
+    ftoks, flogits = fresh_peek(open_model(base, head, n_draft=K), held + [CHECK_SEQ[0]], K)
+    assert toks == ftoks
+    assert float(np.abs(np.asarray(logits) - np.asarray(flogits)).max()) < 0.02
+
+
+def test_parallel_stochastic_drafting_is_exact(parallel_head):
+    """Rejection sampling with q_i from entry i's logits keeps the target's law: the joint law of
+    the first 3 tokens equals plain sampling (chi-square) while drafts are accepted."""
+    from test_exactness import homogeneity_p
+
+    base, head, _ = parallel_head
+    kw = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
+    n = 4000
+
+    def joint(m, seed0, **extra):
+        prompt, counts, accepted = m.tokenize("The quick brown"), Counter(), 0
+        for i in range(n):
+            out = m.generate(prompt, max_tokens=3, seed=seed0 + i, **kw, **extra)
+            counts[tuple(out.tokens)] += 1
+            accepted += out.stats.n_accepted
+        return counts, accepted
+
+    with pymtp.Model(base, mtp="off", n_ctx=128, n_threads=1) as m:
+        plain, _ = joint(m, 0)
+    with pymtp.Model(base, mtp="on", mtp_head=head, n_draft=2, n_ctx=128, n_threads=1) as m:
+        drafted, accepted = joint(m, 10**6, draft="stochastic")
+    assert accepted > 50
+    assert homogeneity_p(plain, drafted) > 1e-3
+
+
+@pytest.mark.parametrize("extra,message", [(["--parallel", "1"], "--parallel must be in 2..8"),
+                                           (["--parallel", "3", "--heads", "2"], "neither --heads N nor --chain"),
+                                           (["--parallel", "3", "--chain", "2"], "neither --heads N nor --chain")])
+def test_parallel_bad_arguments(parallel_head, tmp_path, capsys, extra, message):
+    rc = main(["graft", str(parallel_head[0]), "-o", str(tmp_path / "h.gguf"), *extra])
+    assert rc != 0
+    assert message in capsys.readouterr().err
