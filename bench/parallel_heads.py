@@ -24,15 +24,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 import pymtp
 from pymtp.bench.prompts import load_prompts
+
+# numpy (and gguf) load after libllama: on the GPU box a libstdc++ loaded first breaks libllama's
+# (bench/device/README.md); every function below runs after the first model is open
 
 
 def widen(head: Path, k: int, out: Path) -> Path:
     """A copy of a parallel head with k-1 mask rows (its own first, then random N(0, 0.02) rows)."""
     import gguf
+    import numpy as np
 
     from pymtp.graft.writer import copy_gguf
 
@@ -70,6 +72,8 @@ def run_configs(models: dict, configs: list, prompts: list, max_tokens: int) -> 
 
 
 def summarize(stats: list, plain_ms: float) -> dict:
+    import numpy as np
+
     gen = sum(s.n_generated for s in stats)
     ms = sum(s.generate_ms for s in stats)
     steps = sum(s.n_steps for s in stats)

@@ -11,7 +11,8 @@
 # T=0 and T=0.7; then the realistic qwen35 27B shape with the field's six per-position rates, fixed
 # k=1..6 vs auto. Results land in $OUT (bench-*.txt/json). Knobs: LIMIT (16), NPRED (256),
 # RLIMIT (8), RNPRED (128), SKIP_REALISTIC (0), RUNS ("smol-t0 smol-t07 27b": which benches, in
-# order; "heads" benches every head carried in .dev/heads/ at T=0 and T=0.7; "27b-trim" benches the 27B
+# order; "heads" benches every head carried in .dev/heads/ at T=0 and T=0.7; "parallel" compares
+# .dev/par/seq.gguf with the parallel head .dev/par/par4.gguf (bench/parallel_heads.py); "27b-trim" benches the 27B
 # shape's own MTP block untrimmed and with draft vocabularies of TRIM_N ("32768 8192") tokens), GRAPH_AB (0; 1 runs
 # each bench first with patch 0011's CUDA graph key off).
 set -uo pipefail
@@ -22,6 +23,9 @@ say() { echo "[adaptive +$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt"
 for f in .dev/smol/smol.part* .dev/smol/smol.sha256; do [ -f "$f" ] && cp "$f" /tmp/smol-parts/; done
 # heads to compare with the shipped one (RUNS=heads): every call stores the .dev/heads/*.gguf it carries
 mkdir -p /tmp/heads && for f in .dev/heads/*.gguf; do [ -f "$f" ] && cp "$f" /tmp/heads/; done
+# RUNS=parallel: the sequential and the parallel head (.dev/par/seq.gguf, par4.gguf), stored the same way
+mkdir -p /tmp/par && for f in .dev/par/*.gguf; do [ -f "$f" ] && cp "$f" /tmp/par/; done
+REPO=$(pwd)
 export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
 mkdir -p $PYMTP_CACHE_DIR/models $PYMTP_CACHE_DIR/data
 
@@ -45,7 +49,7 @@ store)
 esac
 
 smol=$PYMTP_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [[ "${RUNS:-smol}" =~ smol|heads ]] && [ ! -f $smol ]; then
+if [[ "${RUNS:-smol}" =~ smol|heads|parallel ]] && [ ! -f $smol ]; then
     cat /tmp/smol-parts/smol.part0 /tmp/smol-parts/smol.part1 /tmp/smol-parts/smol.part2 > /tmp/smol.gguf || exit 1
     echo "$(cat /tmp/smol-parts/smol.sha256)  /tmp/smol.gguf" | sha256sum -c - || exit 1
     mv /tmp/smol.gguf $smol
@@ -87,6 +91,15 @@ for run in ${RUNS:-smol-t0 smol-t07 27b}; do
             bench "smollm2-h100-$n-t0" "${smol_args[@]}" --mtp-head "$h"
             bench "smollm2-h100-$n-t07" "${smol_args[@]}" --mtp-head "$h" --temp 0.7
         done ;;
+    parallel)   # issue 18: the parallel head against the sequential one (bench/parallel_heads.py): the draft
+                # cost D_k for k = 1..6 (every draft accepted), then speed at T=0
+        ph=(--head seq=/tmp/par/seq.gguf --head par4=/tmp/par/par4.gguf --prompts mtbench --ngl 99)
+        say "parallel heads: draft cost"
+        python3 $REPO/bench/parallel_heads.py $smol "${ph[@]}" --draft-cost 6 --limit 8 -n 128 \
+            --json $OUT/par-dcost.json > $OUT/par-dcost.txt 2>&1; tail -n 14 $OUT/par-dcost.txt
+        say "parallel heads: speed"
+        python3 $REPO/bench/parallel_heads.py $smol "${ph[@]}" --n-drafts 1,2,3,4,auto --limit "${LIMIT:-16}" \
+            -n "${NPRED:-256}" --json $OUT/par-speed.json > $OUT/par-speed.txt 2>&1; tail -n 12 $OUT/par-speed.txt ;;
     27b-trim)   # the 27B shape's own MTP block with draft vocabularies of TRIM_N tokens vs untrimmed,
                 # k=3 and k=6 at the field's rates (D is what changes; random weights: synthetic acceptance)
         python3 -c "import numpy as np; r = np.random.default_rng(0); c = r.zipf(1.3, 248320).astype(np.int64); \
