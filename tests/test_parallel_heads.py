@@ -150,6 +150,13 @@ def test_parallel_stochastic_drafting_is_exact(parallel_head):
     assert homogeneity_p(plain, drafted) > 1e-3
 
 
+def test_pymtp_info_says_parallel(parallel_head, capsys):
+    base, head, _ = parallel_head
+    assert main(["info", str(base), "--mtp-head", str(head)]) == 0
+    out = capsys.readouterr().out
+    assert f"drafts up to {K} tokens in one MTP decode" in out
+
+
 @pytest.mark.parametrize("extra,message", [(["--parallel", "1"], "--parallel must be in 2..8"),
                                            (["--parallel", "3", "--heads", "2"], "neither --heads N nor --chain"),
                                            (["--parallel", "3", "--chain", "2"], "neither --heads N nor --chain")])
