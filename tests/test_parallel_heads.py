@@ -150,6 +150,28 @@ def test_parallel_stochastic_drafting_is_exact(parallel_head):
     assert homogeneity_p(plain, drafted) > 1e-3
 
 
+def test_llama_server_drafts_with_the_parallel_head(parallel_head, tmp_path):
+    """llama-server --mtp takes the parallel head as any head: its steps draft several tokens from one
+    MTP decode, and the response's timings say parallel = K."""
+    from server_harness import Server
+
+    base, head, _ = parallel_head
+    req = {"prompt": "Hello there", "n_predict": 24, "temperature": 0}
+    texts = {}
+    for mtp in ("on", "off"):
+        server = Server(base, tmp_path / f"server-{mtp}.log", mtp=mtp, mtp_head=head if mtp == "on" else None)
+        try:
+            status, body = server.post("/completion", req)
+            assert status == 200, body
+            texts[mtp] = body["content"]
+            if mtp == "on":
+                t = body["timings"]["mtp"]
+                assert t["parallel"] == K and t["drafted"] > 0, t
+        finally:
+            server.stop()
+    assert texts["on"] == texts["off"]
+
+
 def test_pymtp_info_says_parallel(parallel_head, capsys):
     base, head, _ = parallel_head
     assert main(["info", str(base), "--mtp-head", str(head)]) == 0
