@@ -563,31 +563,32 @@ def test_trimmed_head_is_lossless(grafted, tiny_llama, tmp_path):
     assert_head_drafts_losslessly(tiny_llama, trimmed, n_draft=3)
 
 
+def joint_first_tokens(m, n: int, seed0: int, **extra):
+    """(Counter of the first 3 tokens after "The quick brown" over n seeds at T=1, drafts accepted)."""
+    from collections import Counter
+
+    kw = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
+    prompt, counts, accepted = m.tokenize("The quick brown"), Counter(), 0
+    for i in range(n):
+        out = m.generate(prompt, max_tokens=3, seed=seed0 + i, **kw, **extra)
+        counts[tuple(out.tokens)] += 1
+        accepted += out.stats.n_accepted
+    return counts, accepted
+
+
 def test_trimmed_head_stochastic_drafting_is_exact(grafted, tiny_llama, tmp_path):
     """Rejection sampling with q on the draft vocabulary only (q = 0 elsewhere) keeps the target's
     distribution: the joint law of the first tokens equals plain sampling (chi-square), while drafts
     are accepted; a verifier that accepts every draft is rejected by the same test."""
-    from collections import Counter
-
     import pymtp
     from test_exactness import homogeneity_p
 
     trimmed, keep, _ = _trimmed(grafted, tiny_llama, tmp_path, n=24)
-    kw = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
     n = 5000
-
-    def joint(m, seed0, **extra):
-        prompt, counts, accepted = m.tokenize("The quick brown"), Counter(), 0
-        for i in range(n):
-            out = m.generate(prompt, max_tokens=3, seed=seed0 + i, **kw, **extra)
-            counts[tuple(out.tokens)] += 1
-            accepted += out.stats.n_accepted
-        return counts, accepted
-
     with pymtp.Model(tiny_llama, mtp="off", n_ctx=128, n_threads=1) as m:
-        plain, _ = joint(m, 0)
+        plain, _ = joint_first_tokens(m, n, 0)
     with pymtp.Model(tiny_llama, mtp="on", mtp_head=trimmed, n_draft=2, n_ctx=128, n_threads=1) as m:
-        drafted, accepted = joint(m, 10**6, draft="stochastic")
+        drafted, accepted = joint_first_tokens(m, n, 10**6, draft="stochastic")
     assert accepted > 50
     # the target puts real mass outside the draft vocabulary, so a wrong residual would show
     outside = sum(c for t, c in plain.items() if any(x not in set(keep.tolist()) for x in t))

@@ -9,7 +9,6 @@ rows never stay). Models: the tiny random dense GGUFs of test_graft (CPU, second
 from __future__ import annotations
 
 import json
-from collections import Counter
 
 import gguf
 import numpy as np
@@ -18,7 +17,7 @@ import torch
 
 import pymtp
 from pymtp.cli.main import main
-from test_graft import CHECK_SEQ, CORPUS, GRAFT_ARGS, N_LAYER, D, expected_head_names, write_tiny
+from test_graft import CHECK_SEQ, CORPUS, GRAFT_ARGS, N_LAYER, D, expected_head_names, joint_first_tokens, write_tiny
 
 K = 3
 
@@ -131,21 +130,11 @@ def test_parallel_stochastic_drafting_is_exact(parallel_head):
     from test_exactness import homogeneity_p
 
     base, head, _ = parallel_head
-    kw = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
     n = 4000
-
-    def joint(m, seed0, **extra):
-        prompt, counts, accepted = m.tokenize("The quick brown"), Counter(), 0
-        for i in range(n):
-            out = m.generate(prompt, max_tokens=3, seed=seed0 + i, **kw, **extra)
-            counts[tuple(out.tokens)] += 1
-            accepted += out.stats.n_accepted
-        return counts, accepted
-
     with pymtp.Model(base, mtp="off", n_ctx=128, n_threads=1) as m:
-        plain, _ = joint(m, 0)
+        plain, _ = joint_first_tokens(m, n, 0)
     with pymtp.Model(base, mtp="on", mtp_head=head, n_draft=2, n_ctx=128, n_threads=1) as m:
-        drafted, accepted = joint(m, 10**6, draft="stochastic")
+        drafted, accepted = joint_first_tokens(m, n, 10**6, draft="stochastic")
     assert accepted > 50
     assert homogeneity_p(plain, drafted) > 1e-3
 

@@ -103,16 +103,8 @@ int32_t llama_mtp::draft_single(llama_pos p0, llama_token tok0, const float * h0
 
         tok = choose_draft(path, ctx_mtp, 0, i);
         ctrl.timed_draft(mtp::ms_since(t0));
-        if (tok == LLAMA_TOKEN_NULL) {
-            break; // the chain left no candidate
-        }
-        bool more = true;
-        if (!keep_draft(i, &more)) {
-            break; // the controller expects this draft not to pay
-        }
-        drafts.push_back(tok);
-        if (llama_vocab_is_eog(vocab, tok) || !more) {
-            break; // nothing worth drafting after the end, or the next draft is not expected to pay
+        if (!take_draft(tok, i)) {
+            break;
         }
         const float * h = llama_get_embeddings_nextn_ith(ctx_mtp, 0);
         std::memcpy(h_draft.data(), h, sizeof(float) * n_embd);
@@ -156,15 +148,7 @@ int32_t llama_mtp::draft_parallel(llama_pos p0, llama_token tok0, const float * 
             if (i == 0) {
                 ctrl.timed_draft(mtp::ms_since(t0)); // the whole pass: the controller's draft cost
             }
-            if (tok == LLAMA_TOKEN_NULL) {
-                break;
-            }
-            bool more = true;
-            if (!keep_draft(i, &more)) {
-                break;
-            }
-            drafts.push_back(tok);
-            if (llama_vocab_is_eog(vocab, tok) || !more) {
+            if (!take_draft(tok, i)) {
                 break;
             }
         }
@@ -240,15 +224,7 @@ int32_t llama_mtp::draft_multi(llama_pos p0, llama_token tok0, const float * h0,
 
         const llama_token tok = choose_draft(path, heads[j], n_rows - 1, i);
         ctrl.timed_draft(mtp::ms_since(t0));
-        if (tok == LLAMA_TOKEN_NULL) {
-            break; // the chain left no candidate
-        }
-        bool more = true;
-        if (!keep_draft(i, &more)) {
-            break;
-        }
-        drafts.push_back(tok);
-        if (llama_vocab_is_eog(vocab, tok) || !more) {
+        if (!take_draft(tok, i)) {
             break;
         }
     }
@@ -338,6 +314,19 @@ llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, i
     draft_conf = q.back().prob(q.back().argmax());
     llama_sampler_accept(path, tok);
     return tok;
+}
+
+bool llama_mtp::take_draft(llama_token tok, int32_t i) {
+    if (tok == LLAMA_TOKEN_NULL) {
+        return false; // the chain left no candidate
+    }
+    bool more = true;
+    if (!keep_draft(i, &more)) {
+        return false; // the controller expects this draft not to pay
+    }
+    drafts.push_back(tok);
+    // nothing worth drafting after the end, or the next draft is not expected to pay
+    return !llama_vocab_is_eog(vocab, tok) && more;
 }
 
 bool llama_mtp::keep_draft(int32_t i, bool * more) {

@@ -250,6 +250,9 @@ struct llama_mtp {
     llama_token     choose_draft(llama_sampler * path, llama_context * ctx, int32_t row, int32_t i);
     // after choose_draft: ask the controller whether draft i stays and whether another follows
     bool            keep_draft(int32_t i, bool * more);
+    // draft i (from choose_draft) joins `drafts` when it exists and the controller keeps it; whether
+    // drafting goes on (false: none left, cut, an end-of-generation token, or the next does not pay)
+    bool            take_draft(llama_token tok, int32_t i);
     void            set_backend_greedy(bool on);
 
     // -- verification (mtp-verify.cpp) --

@@ -523,14 +523,18 @@ class MTPHead(nn.Module):
         return outs
 
 
+def _repeat_kv(t: torch.Tensor, groups: int) -> torch.Tensor:
+    """GQA: KV heads [B, Hkv, ...] -> one per query head [B, Hkv * groups, ...], as float32."""
+    return t.repeat_interleave(groups, dim=1).float() if groups > 1 else t.float()
+
+
 def parallel_attention(q, k0, v0, ks, vs, scale):
     """Attention of mask entry i = len(ks) of the passes anchored at every p: over the real entries at
     positions <= p (k0, v0: [B, Hkv, T, hd]) and the pass's own mask entries 1..i (ks[j] at the same p)."""
-    H = q.shape[1]
-    groups = H // k0.shape[1]
+    groups = q.shape[1] // k0.shape[1]
 
     def rep(t):
-        return t.repeat_interleave(groups, dim=1).float() if groups > 1 else t.float()
+        return _repeat_kv(t, groups)
 
     qf = q.float()
     T = q.shape[2]
@@ -557,11 +561,10 @@ def _shift(x: torch.Tensor, d: int) -> torch.Tensor:
 def chained_attention(q, k, v, history, scale):
     """Attention of draft step s = len(history) (see MTPHead.forward)."""
     s = len(history)
-    H = q.shape[1]
-    groups = H // k.shape[1]
+    groups = q.shape[1] // k.shape[1]
 
     def rep(t):
-        return t.repeat_interleave(groups, dim=1).float() if groups > 1 else t.float()
+        return _repeat_kv(t, groups)
 
     qf = q.float()
     T = q.shape[2]

@@ -250,6 +250,18 @@ class Distiller:
                 parts.append(self._chunk_loss(*args))
         return tuple(torch.cat(p) for p in zip(*parts))
 
+    def _pass_loss(self, out, teacher, tgt, w):
+        """One pass's rows (student outputs, teacher hidden states, next tokens; w: which rows are loss
+        positions): (its loss, its stats), or None when no row is a loss position."""
+        n = int(w.sum())
+        if n == 0:
+            return None
+        kl, ce, agree = self._loss_rows(out, teacher, tgt)
+        wf = w.float()
+        loss = ((kl + self.cfg.ce_weight * ce) * wf).sum() / n
+        return loss, {"kl": float((kl.detach() * wf).sum()) / n, "agree": int((agree & w).sum()) / n,
+                      "agree_all": float(agree.float().mean()), "n": n, "n_all": int(w.numel())}
+
     def __call__(self, x, valid, lmask, h, all_rows: bool = False):
         """Loss (mean over the loss positions ``lmask``, weighted over draft steps) and per-step
         stats (one per draft step; with several heads one per head): kl, agree (top-1 agreement
@@ -277,17 +289,12 @@ class Distiller:
                     history.append(kv)
                 ok = pos[None, :] >= s
                 rows = (valid if all_rows else lmask) & ok
-                w = lmask[rows]
-                n = int(w.sum())
-                if n == 0:
+                got = self._pass_loss(out[rows], h[rows], tgt[rows], lmask[rows])
+                if got is None:
                     break
-                kl, ce, agree = self._loss_rows(out[rows], h[rows], tgt[rows])
-                wf = w.float()
-                loss = ((kl + cfg.ce_weight * ce) * wf).sum() / n
                 ws = cfg.chain_weight ** s
-                total, wsum = total + ws * loss, wsum + ws
-                stats.append({"kl": float((kl.detach() * wf).sum()) / n, "agree": int((agree & w).sum()) / n,
-                              "agree_all": float(agree.float().mean()), "n": n, "n_all": int(rows.sum())})
+                total, wsum = total + ws * got[0], wsum + ws
+                stats.append(got[1])
                 h_prev = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
         return total / wsum, stats
 
@@ -308,18 +315,13 @@ class Distiller:
                 ahead = torch.zeros_like(valid)
                 ahead[:, :T - i] = valid[:, i:]
                 rows = (valid if all_rows else lmask) & ahead
-                w = lmask[rows]
-                n = int(w.sum())
-                if n == 0:
-                    break
                 b, p = rows.nonzero(as_tuple=True)
-                kl, ce, agree = self._loss_rows(out[b, p], h[b, p + i], tgt[b, p + i])
-                wf = w.float()
-                loss = ((kl + cfg.ce_weight * ce) * wf).sum() / n
+                got = self._pass_loss(out[b, p], h[b, p + i], tgt[b, p + i], lmask[rows])
+                if got is None:
+                    break
                 ws = cfg.chain_weight ** i
-                total, wsum = total + ws * loss, wsum + ws
-                stats.append({"kl": float((kl.detach() * wf).sum()) / n, "agree": int((agree & w).sum()) / n,
-                              "agree_all": float(agree.float().mean()), "n": n, "n_all": int(rows.sum())})
+                total, wsum = total + ws * got[0], wsum + ws
+                stats.append(got[1])
         return total / wsum, stats
 
 
