@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", action="store_true", help="print a table instead of JSON")
     ap.add_argument("settings", nargs="*", metavar="KEY=VALUE",
                     help="plain_ms, v (V(1),V(2),..), sample_ms, switch_ms, draft_ms, row_ms, catchup_ms, "
-                         "async_share, caller_ms, hidden_ms, cold_ms, cold_n, prompt, prefill_ms, new_size_ms, jitter, "
-                         "rates, conf, tokens, cap, max_k, seed, trace (controller_sim.cpp says what each is)")
+                         "async_share, caller_ms, hidden_ms, cold_ms, cold_n, prompt, prefill_ms, new_size_ms, "
+                         "capture_ms, jitter, rates, conf, tokens, cap, max_k, seed, trace (controller_sim.cpp says "
+                         "what each is)")
     args = ap.parse_args(argv)
     try:
         res = simulate(PRESETS[args.preset] + args.settings)

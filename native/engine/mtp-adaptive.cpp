@@ -325,6 +325,7 @@ int32_t controller::plan_block(int32_t k_cap) {
                                           0;
         const bool    fresh = up_new || dn_new || far >= 0;
         n_blocks++;
+        blk_probe   = false;
         int32_t len = BLOCK;
         if (alt >= 0 && alt <= k_cap && alt != best_k) {
             const double  gap   = best_rate / std::max(rate_k(alt), 1e-12);
@@ -333,6 +334,7 @@ int32_t controller::plan_block(int32_t k_cap) {
                 blk_since_probe = 0;
                 block_k         = alt;
                 probing         = true;
+                blk_probe       = true;
                 len             = BLOCK / 2;
                 n_probes++;
             }
@@ -340,6 +342,9 @@ int32_t controller::plan_block(int32_t k_cap) {
         block_left = len - 1;
     }
     const int32_t k = std::min(block_k, k_cap);
+    // every step of a block that tries a drafting neighbour is a probe (the engine's own loop does not
+    // count a probe as drafting chosen: a probe block every 8th must not keep the MTP side from sleeping)
+    probing         = probing || (blk_probe && k > 0);
     plain           = k == 0 && !probing;
     rate            = ratio(k);
     return k;

@@ -183,7 +183,8 @@ struct controller {
     int32_t            block_k         = -1;    // block mode: the draft length of the current block
     int32_t            block_left      = 0;     // block mode: steps left in it
     int64_t            n_blocks        = 0;
-    int64_t            blk_since_probe = 0; // block mode: blocks since one tried a neighbour
+    int64_t            blk_since_probe = 0;     // block mode: blocks since one tried a neighbour
+    bool               blk_probe       = false; // block mode: the current block tries a neighbour
     realized_cost      blk[K + 1];        // block mode, own loop: ms per step realized by recent blocks of each length
     double             blk_ms    = 0.0;   // the current block's steady steps so far (end to end, caller included)
     int32_t            blk_steps = 0;     //   (steps that drafted the block's length, after its first BLK_SKIP)
