@@ -39,3 +39,52 @@ def test_greedy_chat_identical_on_the_quantized_built_in_model(k):
             accepted += got.stats.n_accepted
             messages.append({"role": "assistant", "content": ref.text})
         assert accepted > 0  # the head's drafts were really used
+
+
+@pytest.fixture(scope="module")
+def built_in_q4_0(tmp_path_factory):
+    """The built-in model with its Q4_1 tensors as Q4_0, which ggml-cpu repacks (8x8 interleaved blocks,
+    gemv for one row, gemm for several) instead of running them through tinyBLAS, and its shipped head."""
+    from gguf import GGMLQuantizationType as QT
+
+    from pymtp import default_model
+    from pymtp_devtools.requant import requantize
+
+    src = default_model.default_model_path(progress=False)
+    dst = tmp_path_factory.mktemp("q4_0") / "smol-q4_0.gguf"
+    assert requantize(src, dst, QT.Q4_1, QT.Q4_0) > 100
+    return dst, default_model.SHIPPED_HEAD
+
+
+def test_the_q4_0_copy_runs_through_the_cpu_repack_path(built_in_q4_0):
+    import subprocess
+    import sys
+
+    if NGL:
+        pytest.skip("the repack buffer is a CPU path")
+    path, _ = built_in_q4_0
+    r = subprocess.run([sys.executable, "-m", "pymtp.cli.main", "generate", str(path), "-p", "Hi", "-n", "2",
+                        "--mtp", "off", "--verbose", "--threads", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    if "CPU_REPACK" not in r.stderr:
+        pytest.skip("this CPU has no repack kernels for Q4_0 (no AVX2/NEON): tinyBLAS runs it")
+    assert "q4_0_8x8" in r.stderr or "q4_0_4x" in r.stderr
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_greedy_chat_identical_through_the_cpu_repack_path(built_in_q4_0, k):
+    """Greedy MTP output equals plain decoding where the verify batch's rows go through the repack
+    gemm and plain decoding through its gemv (the common Q4_0/Q4_K/Q8_0 files on x86 and Arm)."""
+    path, head = built_in_q4_0
+    with pymtp.Model(path, n_threads=2, n_gpu_layers=NGL, mtp="on", mtp_head=head, n_draft=k) as on, \
+         pymtp.Model(path, n_threads=2, n_gpu_layers=NGL, mtp="off") as off:
+        assert on.mtp_enabled, on.mtp_reason
+        messages, accepted = [], 0
+        for q in QUESTIONS[:3]:
+            messages.append({"role": "user", "content": q})
+            ref = off.chat(messages, max_tokens=64)
+            got = on.chat(messages, max_tokens=64)
+            assert got.tokens == ref.tokens, f"k={k}: diverged at turn {len(messages) // 2 + 1}"
+            accepted += got.stats.n_accepted
+            messages.append({"role": "assistant", "content": ref.text})
+        assert accepted > 0

@@ -1,0 +1,71 @@
+"""A real model with its tensors of one quantization type rewritten in another, for tests of CPU
+kernel paths a shipped file does not reach.
+
+    python -m pymtp_devtools.requant IN.gguf OUT.gguf --from Q4_1 --to Q4_0
+
+The built-in SmolLM2 is Q4_1, which ggml-cpu multiplies through llamafile's tinyBLAS (patch 0004
+makes that batch-size invariant). Q4_0, Q4_K and Q8_0 weights instead go to ggml-cpu's repack buffer
+(interleaved 8x8 blocks, a gemv kernel for one row and a gemm kernel for several) on AVX2/AVX512
+machines: a Q4_0 copy of the same model runs that path with real weights. The values are
+dequantized and quantized again (gguf's numpy quantizers), so the copy is a slightly different,
+still sensible model.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import gguf
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+
+def requantize(src: str | Path, dst: str | Path, src_type: QT, dst_type: QT) -> int:
+    """Write dst = src with every tensor of src_type stored as dst_type; returns how many changed."""
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.get_field("general.architecture").contents()
+    writer = gguf.GGUFWriter(str(dst), arch)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            writer.add_key_value(field.name, field.contents(), vtype, sub_type=field.types[-1])
+        else:
+            writer.add_key_value(field.name, field.contents(), vtype)
+    changed = 0
+    for t in reader.tensors:
+        if t.tensor_type == src_type:
+            data = quants.quantize(quants.dequantize(t.data, src_type), dst_type)
+            writer.add_tensor(t.name, data, raw_dtype=dst_type)
+            changed += 1
+        else:
+            writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    ap.add_argument("--from", dest="src_type", default="Q4_1", help="the type to rewrite (default Q4_1)")
+    ap.add_argument("--to", dest="dst_type", default="Q4_0", help="the type to write (default Q4_0)")
+    args = ap.parse_args(argv)
+    try:
+        src_type, dst_type = QT[args.src_type.upper()], QT[args.dst_type.upper()]
+    except KeyError as e:
+        ap.error(f"unknown quantization type {e.args[0]}")
+    n = requantize(args.src, args.dst, src_type, dst_type)
+    if n == 0:
+        ap.error(f"{args.src} has no {src_type.name} tensor")
+    print(f"{args.dst}: {n} tensors {src_type.name} -> {dst_type.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
