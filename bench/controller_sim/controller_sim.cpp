@@ -11,6 +11,7 @@
 //              CUDA graph per shape, ~0.4 ms since)
 //   new_size   the first decode of each size costs new_size_ms more (a graph built and captured: the 27B
 //              shape, a first 5-token verify 28 ms against 22 ms warm)
+//   gpu        1 (default): the machine is a GPU, as the engine tells the controller (`graphs`); 0: a CPU
 //   capture    the first decode of a size right after one of the same size (the first steady one) costs
 //              capture_ms more (ggml-cuda captures the size's CUDA graph then: the 27B shape on the H100,
 //              a 4-token verify 35.6 ms there against 19-21 ms warm; SmolLM2, 4.7 against ~1.6)
@@ -66,6 +67,7 @@ struct machine {
     double              prefill_ms  = 4.0;   // the prompt's MTP catch-up, landing in the next timed part
     double              new_size_ms = 0.0;   // the first decode of each size (graph built)
     double              capture_ms  = 0.0;   // the first steady decode of each size (CUDA graph captured)
+    int32_t             gpu         = 1;     // a GPU (the controller is told so, as the engine tells it)
 
     double V(int32_t n) const {
         if (n <= (int32_t) v.size()) {
@@ -109,7 +111,8 @@ class sim {
     // fixed_k < 0: the controller (k_max = cap); otherwise every step drafts fixed_k (controller off)
     result run(int32_t fixed_k, int32_t cap, int64_t n_tokens, bool plain_only) {
         mtp::controller c;
-        c.k_max = fixed_k < 0 ? cap : 0;
+        c.k_max  = fixed_k < 0 ? cap : 0;
+        c.graphs = m.gpu != 0;
         c.trace = fixed_k < 0 ? trace : nullptr; // the controller's run only
         result r;
         cold_left = m.cold_n;
@@ -335,6 +338,7 @@ int main(int argc, char ** argv) {
             { "prefill_ms", [&](const char * x) { m.prefill_ms   = std::atof(x); } },
             { "new_size_ms", [&](const char * x) { m.new_size_ms = std::atof(x); } },
             { "capture_ms", [&](const char * x) { m.capture_ms   = std::atof(x); } },
+            { "gpu", [&](const char * x) { m.gpu                 = std::atoi(x); } },
             { "tokens", [&](const char * x) { n_tokens           = std::atoll(x); } },
             { "cap", [&](const char * x) { cap                   = std::atoi(x); } },
             { "max_k", [&](const char * x) { max_k               = std::atoi(x); } },

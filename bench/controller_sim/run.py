@@ -33,10 +33,10 @@ PRESETS = {
     "smol-h100": ["plain_ms=1.25", "v=1,1.2,1.35,1.5,1.65,1.8,1.95,2.1,2.25", "sample_ms=0.02", "switch_ms=0.5",
                   "draft_ms=0.25", "row_ms=0.01", "catchup_ms=0.2", "hidden_ms=0.03", "rates=0.57,0.2,0.07,0.02",
                   "tokens=4096"],
-    "smol-cpu": ["plain_ms=11", "v=1,1.7,2.3,2.9,3.5,4.1,4.7,5.3,5.9", "sample_ms=0.05", "switch_ms=2",
+    "smol-cpu": ["gpu=0", "plain_ms=11", "v=1,1.7,2.3,2.9,3.5,4.1,4.7,5.3,5.9", "sample_ms=0.05", "switch_ms=2",
                  "draft_ms=3.6", "row_ms=0.3", "catchup_ms=1", "async_share=0", "hidden_ms=0.2", "cold_ms=5",
                  "rates=0.58,0.2,0.07,0.02", "tokens=4096"],
-    "cpu-loses": ["plain_ms=30", "v=1,1.8,2.6,3.4,4.2,5,5.8,6.6,7.4", "sample_ms=0.05", "switch_ms=1",
+    "cpu-loses": ["gpu=0", "plain_ms=30", "v=1,1.8,2.6,3.4,4.2,5,5.8,6.6,7.4", "sample_ms=0.05", "switch_ms=1",
                   "draft_ms=3.5", "row_ms=1", "catchup_ms=1", "async_share=0", "hidden_ms=0.5"],
 }
 
@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("settings", nargs="*", metavar="KEY=VALUE",
                     help="plain_ms, v (V(1),V(2),..), sample_ms, switch_ms, draft_ms, row_ms, catchup_ms, "
                          "async_share, caller_ms, hidden_ms, cold_ms, cold_n, prompt, prefill_ms, new_size_ms, "
-                         "capture_ms, jitter, rates, conf, tokens, cap, max_k, seed, trace (controller_sim.cpp says "
-                         "what each is)")
+                         "capture_ms, gpu, jitter, rates, conf, tokens, cap, max_k, seed, trace (controller_sim.cpp "
+                         "says what each is)")
     args = ap.parse_args(argv)
     try:
         res = simulate(PRESETS[args.preset] + args.settings)

@@ -49,7 +49,8 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
             delete m;
             return nullptr;
         }
-        m->batch_mtp = llama_batch_ext_init(ctx_mtp);
+        m->batch_mtp   = llama_batch_ext_init(ctx_mtp);
+        m->ctrl.graphs = mtp::decodes_on_gpu(model);
         if (const char * trace = std::getenv("PYMTP_ADAPTIVE_TRACE"); trace != nullptr && *trace) {
             m->ctrl.trace = std::fopen(trace, "a"); // diagnosis (mtp-adaptive.h); NULL: not traced
         }

@@ -263,6 +263,10 @@ int32_t controller::plan_block(int32_t k_cap) {
     if (block_left > 0 && block_k >= 0) {
         block_left--;
     } else {
+        // blocks long enough that their two changes of size cost at most BLOCK_SHARE of their plain steps
+        // (H100, SmolLM2: a change costs ~6 ms, 4-5 plain steps: 16-step blocks with an 8-step probe every
+        // 8th spent ~7% on changes)
+        const int32_t blen = block_len();
         // the block that ended, end to end (own loop): the time per step its length realized
         if (block_k >= 0 && blk_steps >= 3) {
             blk[std::clamp(block_k, 0, K)].add(blk_ms, blk_steps, BLK_KEEP);
@@ -287,7 +291,7 @@ int32_t controller::plan_block(int32_t k_cap) {
         int32_t       best_k = 0;
         double        best   = 0.0;
         for (int32_t k = 0; k <= k_cap; ++k) {
-            const double r = tokens(k) / (time_k(k) + (k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / BLOCK));
+            const double r = tokens(k) / (time_k(k) + (k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / blen));
             if (r > best) {
                 best   = r;
                 best_k = k;
@@ -326,7 +330,7 @@ int32_t controller::plan_block(int32_t k_cap) {
         const bool    fresh = up_new || dn_new || far >= 0;
         n_blocks++;
         blk_probe   = false;
-        int32_t len = BLOCK;
+        int32_t len = blen;
         if (alt >= 0 && alt <= k_cap && alt != best_k) {
             const double  gap   = best_rate / std::max(rate_k(alt), 1e-12);
             const int64_t every = fresh ? 1 : (int64_t) (8.0 * std::clamp(std::pow(gap, 8.0), 1.0, 16.0));
@@ -335,7 +339,7 @@ int32_t controller::plan_block(int32_t k_cap) {
                 block_k         = alt;
                 probing         = true;
                 blk_probe       = true;
-                len             = BLOCK / 2;
+                len             = blen / 2;
                 n_probes++;
             }
         }
@@ -348,6 +352,15 @@ int32_t controller::plan_block(int32_t k_cap) {
     plain           = k == 0 && !probing;
     rate            = ratio(k);
     return k;
+}
+
+int32_t controller::block_len() const {
+    const double t1 = target_cost(1) * std::clamp(load, 1, LOADS);
+    if (!(t1 > 0.0)) {
+        return BLOCK;
+    }
+    const double n = std::ceil(2.0 * std::max(0.0, switching.v) / (BLOCK_SHARE * t1));
+    return (int32_t) std::clamp(n, (double) BLOCK, (double) BLOCK_MAX);
 }
 
 double controller::size_cost(int32_t n) const {
@@ -440,20 +453,28 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
     if (!on() || pinned || n < 1 || n > K + 1 || n_load < 1 || !(ms > 0.0)) {
         return;
     }
-    load = std::min(n_load, LOADS);
-    if (cold_targets > 0) { // a new engine or one just woken: its first decodes build graphs, warm caches
-        cold_targets--;
-        n_prev[1] = n_prev[0];
-        n_prev[0] = n;
-        return;
-    }
+    load              = std::min(n_load, LOADS);
     auto &     t      = target[load - 1][n - 1];
     bool &     seen   = steady_seen[load - 1][n - 1];
     const bool steady = n == n_prev[0] && n == n_prev[1];
+    const bool repeat = n == n_prev[0];
+    bool &     met    = size_met[load - 1][n - 1];
+    bool &     held   = size_held[load - 1][n - 1];
+    // a new engine or one just woken (its first decodes build graphs, warm caches), or a decode that
+    // builds or captures this size's graphs: untimed
+    const bool cold   = cold_targets > 0 || (graphs && (!met || (repeat && !held)));
+    held              = held || (met && repeat);
+    met               = true;
+    if (cold) {
+        cold_targets = std::max(0, cold_targets - 1);
+        n_prev[1]    = n_prev[0];
+        n_prev[0]    = n;
+        return;
+    }
     // T(n) is what a decode of n costs where the size stays (a fixed length, a block); a decode whose
     // size just changed is timed apart: its excess over T(n) is S. Mixing the two (as before) hid S
     // where sizes change every step: T(n) took the changes in, and S measured ~0 against it.
-    auto       add    = [&](double x) { t.add(t.n >= 3 ? std::min(x, 4.0 * t.v) : x); }; // one stalled decode: not far
+    auto add = [&](double x) { t.add(t.n >= 3 ? std::min(x, 4.0 * t.v) : x); }; // one stalled decode: not far
     if (steady) {
         if (!seen) {
             seen = true;
@@ -462,14 +483,17 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
         add(ms);
     } else if (!seen) {
         add(ms); // no steady decode of n yet: these stand in
-    } else {
-        if (t.n >= 2) {
-            switching.add(ms - t.v); // signed: noise averages out
-        }
+    } else if (t.n >= 2) {
+        switching.add(ms - t.v); // signed: noise averages out
         // less the change's cost, these follow drift too (a size may run steady only now and then: a
         // machine under other load would otherwise keep its T(n) from a quieter time)
         add(std::max(0.0, ms - std::max(0.0, switching.v)));
+    } else if (!graphs) {
+        add(ms); // a second sample replaces the first (running_mean)
     }
+    // (on a GPU a changed-size decode of a size with a single steady sample does not replace it, as a
+    // second sample replaces a first: it carries re-captured graphs. H100, SmolLM2: the first plain
+    // decode after the first drafts took 4.4 ms against 1.3 ms steady, and stood as T(1) for ~50 steps)
     n_prev[1] = n_prev[0];
     n_prev[0] = n;
 }

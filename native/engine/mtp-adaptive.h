@@ -89,18 +89,20 @@ struct decayed_rate {
 };
 
 struct controller {
-    static constexpr int32_t K        = LLAMA_MTP_MAX_DRAFT;
-    static constexpr int32_t LOADS    = 16;   // loads 1..16 tracked apart (more: as 16)
-    static constexpr int32_t BINS     = 8;    // confidence buckets of [0, 1]
-    static constexpr int32_t MODES    = 3;    // greedy, chain, stochastic
-    static constexpr int32_t QUEUE    = 256;  // deferred MTP rows written once this many wait
-    static constexpr double  KEEP     = 0.99; // acceptance counts decay: ~100 recent drafts per position
-    static constexpr double  PRIOR_A  = 0.6;  // acceptance before any is measured (optimistic: it probes)
-    static constexpr double  PRIOR_W  = 2.0;
-    static constexpr double  PRIOR_D  = 0.25; // a draft decode before one is timed, in plain steps
-    static constexpr double  PRIOR_DV = 0.15; // extra verify cost per token before measured, in plain steps
-    static constexpr double  DWELL    = 16.0; // steps a change of decode size is expected to last
-    static constexpr int32_t BLOCK    = 16;   // block mode: steps that keep one draft length
+    static constexpr int32_t K           = LLAMA_MTP_MAX_DRAFT;
+    static constexpr int32_t LOADS       = 16;   // loads 1..16 tracked apart (more: as 16)
+    static constexpr int32_t BINS        = 8;    // confidence buckets of [0, 1]
+    static constexpr int32_t MODES       = 3;    // greedy, chain, stochastic
+    static constexpr int32_t QUEUE       = 256;  // deferred MTP rows written once this many wait
+    static constexpr double  KEEP        = 0.99; // acceptance counts decay: ~100 recent drafts per position
+    static constexpr double  PRIOR_A     = 0.6;  // acceptance before any is measured (optimistic: it probes)
+    static constexpr double  PRIOR_W     = 2.0;
+    static constexpr double  PRIOR_D     = 0.25; // a draft decode before one is timed, in plain steps
+    static constexpr double  PRIOR_DV    = 0.15; // extra verify cost per token before measured, in plain steps
+    static constexpr double  DWELL       = 16.0; // steps a change of decode size is expected to last
+    static constexpr int32_t BLOCK       = 16;   // block mode: steps that keep one draft length, at least
+    static constexpr int32_t BLOCK_MAX   = 256;  //   and at most (see block_len)
+    static constexpr double  BLOCK_SHARE = 0.05; //   a block's two changes of size: this share of its plain steps
     static constexpr double  SWEEP =
         0.85; // block mode: a length not yet run is tried where the model puts it this close
     static constexpr int32_t BLK_SKIP = 2;    // block mode: a block's first steps (a change of size) are not timed
@@ -127,8 +129,16 @@ struct controller {
     // ---- learned ----
     running_mean  target[LOADS][K + 1];           // T(n) of the whole batch at load l + 1: index n - 1 (steady decodes)
     bool          steady_seen[LOADS][K + 1] = {}; // T(n) has steady samples (else changed-size ones stand in)
-    running_mean  draft;                          // D
-    running_mean  catchup;                        // W
+    // On a GPU (graphs), the decodes of a size that build its graphs are left untimed: its first decode
+    // (graph built) and the first one right after a decode of the same size (the CUDA graph captured).
+    // H100, the first sizes of a run: the 27B shape, a 4-token verify 28.6 ms, 45 ms, then 35.6 ms at its
+    // first repeat, against 19-21 ms warm; SmolLM2, a 2-token verify 7.3-7.9 ms against ~1.6 ms. As
+    // samples they made verifies look 2-4x dearer and drafting lost for a whole run.
+    bool          graphs                    = false; // the target decodes on a GPU (per-size graphs, captured)
+    bool          size_met[LOADS][K + 1]    = {};    // a decode of this size has been seen
+    bool          size_held[LOADS][K + 1]   = {};    // a decode of this size right after one of the same size
+    running_mean  draft;                             // D
+    running_mean  catchup;                           // W
     running_mean  overhead;  // O: a step's time outside the parts above (the caller's loop included)
     running_mean  sampling;  // caller-decoded targets: sampling one verified row (the caller times
                              // only the decode; the engine's own loop times both together)
@@ -231,6 +241,9 @@ struct controller {
         return switching.n >= 4 && 2.0 * switching.v > FREE * target_cost(1) * std::clamp(load, 1, LOADS);
     }
     int32_t plan_block(int32_t k_cap);
+    // block mode: steps per block, so that a block's two changes of size (2 S) cost at most BLOCK_SHARE of
+    // as many plain steps (BLOCK..BLOCK_MAX; a probe block is half as long)
+    int32_t block_len() const;
 
     // estimated time per sequence of a target decode holding n tokens of this sequence (ms)
     double target_cost(int32_t n) const;

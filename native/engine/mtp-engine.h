@@ -35,6 +35,9 @@ inline double ms_since(clock_type::time_point t0) {
     return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
+// whether the model's decodes run on a GPU (its output layer's device; native/models/model-device.cpp)
+bool decodes_on_gpu(const llama_model * model);
+
 // add one token (with an optional hidden-state row) to a batch
 bool batch_add(llama_batch_ext * batch, llama_seq_id seq, llama_token id, llama_pos pos, const float * h,
                int32_t n_embd, bool output);
