@@ -68,8 +68,10 @@ def test_the_q4_0_copy_runs_through_the_cpu_repack_path(built_in_q4_0):
     if NGL:
         pytest.skip("the repack buffer is a CPU path")
     path, _ = built_in_q4_0
+    # run from outside the checkout, so that the installed package (with its library) is the one imported
     r = subprocess.run([sys.executable, "-m", "pymtp.cli.main", "generate", str(path), "-p", "Hi", "-n", "2",
-                        "--mtp", "off", "--verbose", "--threads", "2"], capture_output=True, text=True, timeout=300)
+                        "--mtp", "off", "--verbose", "--threads", "2"], cwd=path.parent, capture_output=True,
+                       text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     if "CPU_REPACK" not in r.stderr:
         pytest.skip("this CPU has no repack kernels for Q4_0 (no AVX2/NEON): tinyBLAS runs it")
