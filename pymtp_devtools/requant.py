@@ -22,8 +22,11 @@ from gguf import quants
 
 
 def requantize(src: str | Path, dst: str | Path, src_type: QT, dst_type: QT) -> int:
-    """Write dst = src with every tensor of src_type stored as dst_type; returns how many changed."""
+    """Write dst = src with every tensor of src_type stored as dst_type; returns how many changed (0: src
+    has none, and nothing is written)."""
     reader = gguf.GGUFReader(str(src))
+    if not any(t.tensor_type == src_type for t in reader.tensors):
+        return 0  # nothing to rewrite: no file written
     arch = reader.get_field("general.architecture").contents()
     writer = gguf.GGUFWriter(str(dst), arch)
     for field in reader.fields.values():
@@ -60,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         src_type, dst_type = QT[args.src_type.upper()], QT[args.dst_type.upper()]
     except KeyError as e:
         ap.error(f"unknown quantization type {e.args[0]}")
+    if not Path(args.src).is_file():
+        ap.error(f"{args.src}: no such file")
+    if Path(args.dst).resolve() == Path(args.src).resolve():
+        ap.error("the output must not be the input file")
     n = requantize(args.src, args.dst, src_type, dst_type)
     if n == 0:
         ap.error(f"{args.src} has no {src_type.name} tensor")
