@@ -24,32 +24,14 @@ from gguf import quants
 def requantize(src: str | Path, dst: str | Path, src_type: QT, dst_type: QT) -> int:
     """Write dst = src with every tensor of src_type stored as dst_type; returns how many changed (0: src
     has none, and nothing is written)."""
+    from pymtp.graft.writer import copy_gguf
+
     reader = gguf.GGUFReader(str(src))
-    if not any(t.tensor_type == src_type for t in reader.tensors):
-        return 0  # nothing to rewrite: no file written
-    arch = reader.get_field("general.architecture").contents()
-    writer = gguf.GGUFWriter(str(dst), arch)
-    for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            writer.add_key_value(field.name, field.contents(), vtype, sub_type=field.types[-1])
-        else:
-            writer.add_key_value(field.name, field.contents(), vtype)
-    changed = 0
-    for t in reader.tensors:
-        if t.tensor_type == src_type:
-            data = quants.quantize(quants.dequantize(t.data, src_type), dst_type)
-            writer.add_tensor(t.name, data, raw_dtype=dst_type)
-            changed += 1
-        else:
-            writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return changed
+    tensors = {t.name: (quants.quantize(quants.dequantize(t.data, src_type), dst_type), dst_type)
+               for t in reader.tensors if t.tensor_type == src_type}
+    if tensors:
+        copy_gguf(src, dst, tensors=tensors)  # every key and every other tensor as stored
+    return len(tensors)
 
 
 def main(argv: list[str] | None = None) -> int:

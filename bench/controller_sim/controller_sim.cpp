@@ -12,7 +12,7 @@
 //   new_size   the first decode of each size costs new_size_ms more (a graph built and captured: the 27B
 //              shape, a first 5-token verify 28 ms against 22 ms warm)
 //   gpu        1 (default): the machine is a GPU, as the engine tells the controller (`graphs`); 0: a CPU
-//   capture    the first decode of a size right after one of the same size (the first steady one) costs
+//   capture    the first decode of a size right after one of the same size (its first repeat) costs
 //              capture_ms more (ggml-cuda captures the size's CUDA graph then: the 27B shape on the H100,
 //              a 4-token verify 35.6 ms there against 19-21 ms warm; SmolLM2, 4.7 against ~1.6)
 //   D          one draft decode
@@ -66,7 +66,7 @@ struct machine {
     int64_t             prompt      = 0;     // tokens per generation (0: one generation of all the tokens)
     double              prefill_ms  = 4.0;   // the prompt's MTP catch-up, landing in the next timed part
     double              new_size_ms = 0.0;   // the first decode of each size (graph built)
-    double              capture_ms  = 0.0;   // the first steady decode of each size (CUDA graph captured)
+    double              capture_ms  = 0.0;   // the first repeat of each size (CUDA graph captured)
     int32_t             gpu         = 1;     // a GPU (the controller is told so, as the engine tells it)
 
     double V(int32_t n) const {
@@ -117,7 +117,7 @@ class sim {
         result r;
         cold_left = m.cold_n;
         sizes_seen.clear();
-        sizes_steady.clear();
+        sizes_repeated.clear();
         bool    dormant    = false;
         int64_t sleep_left = 0;
         int64_t left       = 0; // tokens left in the current generation
@@ -195,7 +195,7 @@ class sim {
             const int32_t n = kd + 1;
             double        t = noisy(m.plain_ms * m.V(n) + m.sample_ms * n) + (n != prev_n ? m.switch_ms : 0.0) +
                               (sizes_seen.insert(n).second ? m.new_size_ms : 0.0) +
-                              (n == prev_n && sizes_steady.insert(n).second ? m.capture_ms : 0.0) +
+                              (n == prev_n && sizes_repeated.insert(n).second ? m.capture_ms : 0.0) +
                               (dormant || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending();
             prev_n          = n;
             int32_t n_acc   = 0;
@@ -269,7 +269,7 @@ class sim {
     int32_t                                prev_n    = 1;
     int32_t                                cold_left = 0;
     std::set<int32_t>                      sizes_seen;   // target decode sizes met so far (new_size_ms)
-    std::set<int32_t>                      sizes_steady; // sizes decoded twice in a row so far (capture_ms)
+    std::set<int32_t>                      sizes_repeated; // sizes decoded twice in a row so far (capture_ms)
 };
 
 std::vector<double> parse_list(const char * s) {

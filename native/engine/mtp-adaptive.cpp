@@ -70,7 +70,7 @@ double controller::target_cost(int32_t n) const {
 }
 
 double controller::draft_cost() const {
-    return draft.n > 0 ? draft.v : PRIOR_D * target_cost(1) * std::clamp(load, 1, LOADS);
+    return draft.n > 0 ? draft.v : PRIOR_D * plain_batch_cost();
 }
 
 double controller::accept(int32_t i, float c) const {
@@ -355,7 +355,7 @@ int32_t controller::plan_block(int32_t k_cap) {
 }
 
 int32_t controller::block_len() const {
-    const double t1 = target_cost(1) * std::clamp(load, 1, LOADS);
+    const double t1 = plain_batch_cost();
     if (!(t1 > 0.0)) {
         return BLOCK;
     }
@@ -489,11 +489,11 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
         // machine under other load would otherwise keep its T(n) from a quieter time)
         add(std::max(0.0, ms - std::max(0.0, switching.v)));
     } else if (!graphs) {
-        add(ms); // a second sample replaces the first (running_mean)
+        // a single steady sample: this one replaces it (running_mean). Not on a GPU, where a changed-size
+        // decode carries re-captured graphs (H100, SmolLM2: the first plain decode after the first drafts
+        // took 4.4 ms against 1.3 ms steady, and stood as T(1) for ~50 steps)
+        add(ms);
     }
-    // (on a GPU a changed-size decode of a size with a single steady sample does not replace it, as a
-    // second sample replaces a first: it carries re-captured graphs. H100, SmolLM2: the first plain
-    // decode after the first drafts took 4.4 ms against 1.3 ms steady, and stood as T(1) for ~50 steps)
     n_prev[1] = n_prev[0];
     n_prev[0] = n;
 }

@@ -224,9 +224,9 @@ struct controller {
         return real_draft.n > 0.0 && r0 > 0.0 && real_draft.get() >= CLEAR * r0;
     }
     // the policy of the next window, from the measured rates
-    void next_window();
+    void    next_window();
     // own loop: a whole step (the caller's time before it included) emitted n_tok tokens in ms
-    void stepped(int32_t n_tok, double ms);
+    void    stepped(int32_t n_tok, double ms);
     // Block mode: where a change of decode size is dear (a GPU backend re-captures its graph for ~2
     // decodes after each change), per-step choices would keep the graphs cold; the controller then
     // chooses a draft length for BLOCK steps at a time and drafts exactly that (no cuts). In its own loop
@@ -237,9 +237,9 @@ struct controller {
     // neighbour of the choice not yet measured gets the next block, a short one (so the choice climbs
     // to the best length in a few blocks), and once both are, every 8th block tries k+1, k-1 or plain in
     // turn, to keep them measured.
-    bool blocky() const {
-        return switching.n >= 4 && 2.0 * switching.v > FREE * target_cost(1) * std::clamp(load, 1, LOADS);
-    }
+    bool    blocky() const { return switching.n >= 4 && 2.0 * switching.v > FREE * plain_batch_cost(); }
+    // a plain step's estimated time for the whole batch (target_cost is per sequence)
+    double  plain_batch_cost() const { return target_cost(1) * std::clamp(load, 1, LOADS); }
     int32_t plan_block(int32_t k_cap);
     // block mode: steps per block, so that a block's two changes of size (2 S) cost at most BLOCK_SHARE of
     // as many plain steps (BLOCK..BLOCK_MAX; a probe block is half as long)
