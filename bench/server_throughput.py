@@ -56,6 +56,18 @@ class Server:
         self.log.close()
 
 
+def _adaptive_note(res: dict) -> str:
+    """The controller's state after a round: plain share, and the windows' realized rates (one slot)."""
+    a = (res.get("mtp") or {}).get("adaptive")
+    if not a:
+        return ""
+    note = f"  plain {a['plain_share']:.0%} (last request)"
+    if a.get("realized_draft"):
+        note += (f", windows: plain {1000 * a['realized_plain']:.0f} / drafting {1000 * a['realized_draft']:.0f}"
+                 f" tok/s, {a['vetoed']} vetoed")
+    return note
+
+
 def run_round(server: Server, prompts: list[str], args) -> dict:
     """All prompts through `server.parallel` clients at once; aggregate tok/s and MTP stats."""
     shares = [prompts[i::server.parallel] for i in range(server.parallel)]
@@ -76,7 +88,9 @@ def run_round(server: Server, prompts: list[str], args) -> dict:
         out["mtp"] = {"drafted": sum(m["drafted"] for m in mtp), "accepted": sum(m["accepted"] for m in mtp),
                       "steps": steps,
                       "mean_accepted_length": 1 + sum(m["accepted"] for m in mtp) / max(steps, 1),
-                      "draft_ms": sum(m["draft_ms"] for m in mtp), "verify_ms": sum(m["verify_ms"] for m in mtp)}
+                      "draft_ms": sum(m["draft_ms"] for m in mtp), "verify_ms": sum(m["verify_ms"] for m in mtp),
+                      # the controller's state after the round's last request (learned estimates persist)
+                      "adaptive": mtp[-1].get("adaptive")}
     return out
 
 
@@ -123,8 +137,8 @@ def main() -> int:
                     res = run_round(s, prompts, args)
                     rounds[m].append(res)
                     print(f"  slots {P} mtp {m:3s} round {r + 1}: {res['tok_s']:7.1f} tok/s"
-                          + (f"  AL {res['mtp']['mean_accepted_length']:.2f}" if "mtp" in res else ""),
-                          file=sys.stderr)
+                          + (f"  AL {res['mtp']['mean_accepted_length']:.2f}" if "mtp" in res else "")
+                          + _adaptive_note(res), file=sys.stderr)
         finally:
             for s in servers.values():
                 s.stop()

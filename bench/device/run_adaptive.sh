@@ -3,7 +3,10 @@
 # The built-in model (98 MB) does not fit one call's carry: split it on the dev machine with
 #     split -b 33000000 -d -a 1 ~/.cache/pymtp/models/SmolLM2-135M-Instruct.Q4_1.gguf .dev/smol/smol.part
 #     sha256sum ~/.cache/pymtp/models/SmolLM2-135M-Instruct.Q4_1.gguf | cut -d' ' -f1 > .dev/smol/smol.sha256
-# and carry one part per call; every call stores the parts it finds in /tmp/smol-parts/.
+# and carry one part per call; every call stores the parts it finds in /tmp/smol-parts/. Two calls
+# instead of three (one gap in which the machine can go back, not two): xz it into two parts,
+#     xz -T2 -c MODEL > m.xz; head -c 40000000 m.xz > .dev/smol/smolxz.part0; tail -c +40000001 m.xz > .dev/smol/smolxz.part1
+# carry smolxz.part0 with the build and smolxz.part1 + smol.sha256 with STEP=bench.
 #   call 1  carry [.dev/call1, .dev/smol/smol.part0]  STEP=build  pymtp CUDA build, installed (~7 min)
 #   call 2  carry [.dev/smol/smol.part1]              STEP=store
 #   call 3  carry [.dev/smol/smol.part2, .dev/smol/smol.sha256]  STEP=bench
@@ -13,14 +16,14 @@
 # RLIMIT (8), RNPRED (128), SKIP_REALISTIC (0), RUNS ("smol-t0 smol-t07 27b": which benches, in
 # order; "heads" benches every head carried in .dev/heads/ at T=0 and T=0.7; "parallel" compares
 # .dev/par/seq.gguf with the parallel head .dev/par/par4.gguf (bench/parallel_heads.py); "27b-trim" benches the 27B
-# shape's own MTP block untrimmed and with draft vocabularies of TRIM_N ("32768 8192") tokens), GRAPH_AB (0; 1 runs
-# each bench first with patch 0011's CUDA graph key off).
+# shape's own MTP block untrimmed and with draft vocabularies of TRIM_N ("32768 8192") tokens), AB_ENV (unset;
+# VAR=VALUE runs each bench first with it, see bench() below).
 set -uo pipefail
 OUT=${OUT:-/tmp/pymtp-out}
 mkdir -p "$OUT" /tmp/smol-parts
 t0=$(date +%s)
 say() { echo "[adaptive +$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt"; }
-for f in .dev/smol/smol.part* .dev/smol/smol.sha256; do [ -f "$f" ] && cp "$f" /tmp/smol-parts/; done
+for f in .dev/smol/smol.part* .dev/smol/smolxz.part* .dev/smol/smol.sha256; do [ -f "$f" ] && cp "$f" /tmp/smol-parts/; done
 # heads to compare with the shipped one (RUNS=heads): every call stores the .dev/heads/*.gguf it carries
 mkdir -p /tmp/heads && for f in .dev/heads/*.gguf; do [ -f "$f" ] && cp "$f" /tmp/heads/; done
 # RUNS=parallel: the sequential and the parallel head (.dev/par/seq.gguf, par4.gguf), stored the same way
@@ -50,7 +53,11 @@ esac
 
 smol=$PYMTP_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [[ "${RUNS:-smol}" =~ smol|heads|parallel ]] && [ ! -f $smol ]; then
-    cat /tmp/smol-parts/smol.part0 /tmp/smol-parts/smol.part1 /tmp/smol-parts/smol.part2 > /tmp/smol.gguf || exit 1
+    if [ -f /tmp/smol-parts/smolxz.part0 ]; then   # two xz parts: one rides with the build call
+        cat /tmp/smol-parts/smolxz.part* | xz -dc > /tmp/smol.gguf || exit 1
+    else
+        cat /tmp/smol-parts/smol.part0 /tmp/smol-parts/smol.part1 /tmp/smol-parts/smol.part2 > /tmp/smol.gguf || exit 1
+    fi
     echo "$(cat /tmp/smol-parts/smol.sha256)  /tmp/smol.gguf" | sha256sum -c - || exit 1
     mv /tmp/smol.gguf $smol
 fi
@@ -65,16 +72,17 @@ fi
 # run the installed package from /tmp (the repo root would import the unbuilt source tree); numpy's
 # libstdc++ must not load before libllama on this box (no --plot)
 cd /tmp
-# bench NAME ARGS...: one pymtp bench into $OUT/bench-NAME.{txt,json}; with GRAPH_AB=1 it first runs
-# with ggml-cuda's old graph key (GGML_CUDA_GRAPH_KEY_BY_NODE=1, one CUDA graph per context, patch
-# 0011 off) into bench-NAME-bynode.*, then with one graph per shape (the default)
+# bench NAME ARGS...: one pymtp bench into $OUT/bench-NAME.{txt,json}. An A/B run first runs it with
+# AB_ENV in the environment into bench-NAME-ab.*: AB_ENV=GGML_CUDA_GRAPH_KEY_BY_NODE=1 is ggml-cuda's
+# old graph key (one CUDA graph per context, patch 0011 off; GRAPH_AB=1 says the same),
+# AB_ENV=GGML_CUDA_GRAPH_REWARM=1 upstream's eager warm-up after every change (patch 0018 off)
+[ "${GRAPH_AB:-0}" = 1 ] && AB_ENV=${AB_ENV:-GGML_CUDA_GRAPH_KEY_BY_NODE=1}
 bench() {
     local name=$1; shift
-    if [ "${GRAPH_AB:-0}" = 1 ]; then
-        say "$name, one CUDA graph per context"
-        GGML_CUDA_GRAPH_KEY_BY_NODE=1 pymtp bench "$@" --json "$OUT/bench-$name-bynode.json" \
-            > "$OUT/bench-$name-bynode.txt" 2>&1
-        tail -n 12 "$OUT/bench-$name-bynode.txt"
+    if [ -n "${AB_ENV:-}" ]; then
+        say "$name, with $AB_ENV"
+        env -u PYMTP_ADAPTIVE_TRACE "$AB_ENV" pymtp bench "$@" --json "$OUT/bench-$name-ab.json" > "$OUT/bench-$name-ab.txt" 2>&1
+        tail -n 12 "$OUT/bench-$name-ab.txt"
     fi
     say "$name"
     pymtp bench "$@" --json "$OUT/bench-$name.json" > "$OUT/bench-$name.txt" 2>&1

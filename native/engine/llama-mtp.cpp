@@ -276,6 +276,7 @@ void llama_mtp_clear(llama_mtp * m) {
     m->tokens.clear();
     m->logits_pending = false;
     m->has_last       = false;
+    m->caller_pos     = -1;
     m->id_last        = LLAMA_TOKEN_NULL;
     m->step_out.clear();
 }
@@ -501,6 +502,9 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
     llama_mtp * m0 = runs[0].mtp;
     for (int32_t r = 0; r < n_runs; ++r) {
         const auto & run = runs[r];
+        if (run.mtp != nullptr && run.p0 != run.mtp->caller_pos) {
+            run.mtp->caller_pos = -1; // not the rows of the step under way (a prompt): no step to time
+        }
         if (run.mtp == nullptr || run.toks == nullptr || run.n_tokens <= 0 || run.p0 < 0 || run.row0 < 0 ||
             run.mtp->ctx_mtp != m0->ctx_mtp || run.mtp->ctx_tgt != m0->ctx_tgt) {
             return LLAMA_MTP_ERR_ARG;
@@ -551,7 +555,15 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     m->verify_toks.assign(1, id_last);
     m->drafts.clear();
     m->q.clear();
-    int32_t k = std::min({ n_draft, m->k_max, m->n_ctx - 1 - (int32_t) pos });
+    // the step that ended here, end to end (the caller's work in it included), for the controller's windows
+    const auto t_entry = mtp::clock_type::now();
+    if (m->caller_pos >= 0 && m->caller_alone && pos > m->caller_pos && pos - m->caller_pos <= m->ctrl.k_max + 1) {
+        m->ctrl.stepped(pos - m->caller_pos, std::chrono::duration<double, std::milli>(t_entry - m->caller_t).count());
+    }
+    m->caller_t     = t_entry;
+    m->caller_pos   = pos;
+    m->caller_alone = false;
+    int32_t k       = std::min({ n_draft, m->k_max, m->n_ctx - 1 - (int32_t) pos });
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
         k = m->ctrl.plan(k); // at the load of the last reported decode
     }
@@ -614,6 +626,7 @@ void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, do
     if (m->ctrl.pending > 1) {
         m->stats.t_verify_ms += ms;
     }
+    m->caller_alone = n_seqs == 1;
     // the batch's size per sequence (the others' drafts cost this decode as much as this one's)
     m->ctrl.timed_target(std::max(1, (n_tokens + n_seqs / 2) / n_seqs), n_seqs, ms);
     m->ctrl.pending = 0;

@@ -134,7 +134,7 @@ int32_t controller::plan(int32_t k_cap) {
         rate  = 0.0;
         return 0;
     }
-    if (window_plain) { // a plain window (see next_window)
+    if (window_plain && load == 1) { // a plain window (see next_window; windows time one sequence alone)
         plain = true;
         rate  = ratio(0);
         if (vetoed()) {

@@ -46,6 +46,11 @@ common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request &
                 { "est_accept", accept },
                 { "best_fixed_draft", as.k_best },
                 { "est_speedup", as.speedup },
+                // one slot alone in its decodes: whole steps timed in windows (tokens per ms), and the
+                // steps kept plain because windows that drafted ran slower
+                { "realized_plain", as.realized_plain },
+                { "realized_draft", as.realized_draft },
+                { "vetoed", as.n_vetoed },
             };
         }
     }
