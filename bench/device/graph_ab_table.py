@@ -5,6 +5,7 @@
 #     python3 bench/device/graph_ab_table.py OUT_DIR AB_ENV
 import csv
 import glob
+import gzip
 import json
 import os
 import statistics
@@ -16,7 +17,7 @@ def main() -> int:
     out, ab_env = sys.argv[1], sys.argv[2]
     tps = defaultdict(list)  # (shape, config, side) -> tok/s per round
     for path in sorted(glob.glob(os.path.join(out, "ab-*-*-*.json"))):
-        shape, side, _round = os.path.basename(path)[3:-5].rsplit("-", 2)
+        shape, side, _round = os.path.basename(path)[3:-5].rsplit("-", 2)  # ab-SHAPE-SIDE-ROUND.json
         for r in json.load(open(path))["results"]:
             tps[shape, r["config"], side].append(r["tokens_per_second"])
     print(f"rule off = {ab_env}; on = patch in force. tok/s, mean of rounds (each round: off then on)")
@@ -27,8 +28,10 @@ def main() -> int:
             ma, mb = statistics.mean(a), statistics.mean(b)
             print(f"{shape:8} {config:34} {ma:9.1f} {mb:9.1f} {mb / ma:6.3f}x")
     print("\nadaptive traces: target decodes over 2x their draft length's median")
-    for path in sorted(glob.glob(os.path.join(out, "trace-*.tsv"))):
-        rows = list(csv.DictReader(open(path), delimiter="\t"))
+    for path in sorted(glob.glob(os.path.join(out, "trace-*.tsv*"))):
+        opener = gzip.open if path.endswith(".gz") else open
+        # engines append to one file, each with its header line: keep the data lines
+        rows = [r for r in csv.DictReader(opener(path, "rt"), delimiter="\t") if r["step"] != "step"]
         by_k = defaultdict(list)
         for row in rows:
             by_k[row["k"]].append(float(row["target_ms"]))

@@ -193,9 +193,10 @@ struct llama_mtp {
     // caller-decoded (llama-server): one step of a sequence runs from one llama_mtp_draft to the next, and
     // emits as many tokens as their positions differ. With this sequence alone in its decodes, whole
     // steps are timed that way for the controller's windows, as the own loop times them.
-    mtp::clock_type::time_point caller_t{};           // the last llama_mtp_draft's entry
-    llama_pos                   caller_pos   = -1;    // its position (-1: no step under way that can be timed)
-    bool                        caller_alone = false; // the step's target decode held this sequence only
+    mtp::clock_type::time_point caller_t{};            // the last llama_mtp_draft's entry
+    llama_pos                   caller_pos    = -1;    // its position (-1: no step under way that can be timed)
+    bool                        caller_alone  = false; // the step's target decode held this sequence only
+    bool                        caller_single = false; // the target context holds one sequence (set at init)
 
     // ---- verification (mtp-verify.cpp) ----
     mtp_dist                 p;           // target distribution at the position being verified

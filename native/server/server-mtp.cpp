@@ -43,6 +43,7 @@ common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request &
                 { "busy_slots", as.load },
                 { "est_plain_ms", as.t_target_ms[0] },
                 { "est_draft_ms", as.t_draft_ms },
+                { "est_switch_ms", as.t_switch_ms },
                 { "est_accept", accept },
                 { "best_fixed_draft", as.k_best },
                 { "est_speedup", as.speedup },
