@@ -189,6 +189,19 @@ def test_adaptive_drafting_keeps_the_text_and_reports_its_choices(servers):
     assert " E " not in on.log.read_text(errors="replace").replace("E srv", "")
 
 
+def test_adaptive_windows_only_in_a_one_slot_server(servers):
+    """Whole steps are timed in windows only where the server has one slot: with two, a slot alone in
+    its decodes still does not time them (with windows at every load, 4 slots ran 0.88x of plain on
+    the CPU against 1.00x without); the text is unchanged either way."""
+    two, off = servers("glm4moe", "on", parallel=2, adaptive=True), servers("glm4moe", "off")
+    for i in range(8):  # enough steps for each slot's engine to have timed several windows, were it timing
+        for p in PROMPTS:  # one request at a time: each is alone in its decodes
+            text, r = completion_text(two, p, stream=False)
+            assert text == completion_text(off, p, stream=False)[0]
+    a = mtp_timings(r)["adaptive"]
+    assert a["realized_draft"] == 0 and a["realized_plain"] == 0 and a["vetoed"] == 0, a
+
+
 def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
     """A random head (acceptance ~0) makes drafting a loss: the controller settles on plain steps
     (deferring the MTP catch-up, written in one go when it probes drafting again), and every text
