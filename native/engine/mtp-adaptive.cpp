@@ -134,7 +134,7 @@ int32_t controller::plan(int32_t k_cap) {
         rate  = 0.0;
         return 0;
     }
-    if (window_plain && load == 1) { // a plain window (see next_window; windows time one sequence alone)
+    if (window_plain) { // a plain window (see next_window)
         plain = true;
         rate  = ratio(0);
         if (vetoed()) {
@@ -276,18 +276,15 @@ int32_t controller::plan_block(int32_t k_cap) {
         // each length's time per step: realized where its blocks ran (only the engine's own loop times
         // blocks), else modelled and scaled by realized/modelled over the lengths that ran (the model
         // misses what lands between its timed parts)
-        // (blocks are timed one sequence alone: llama-server's slot uses them only while it is alone)
-        const bool timed     = own_loop && load == 1;
-        auto       ran       = [&](int32_t k) { return timed && blk[k].n > 0.0; };
-        double     real = 0.0, model = 0.0;
+        double real = 0.0, model = 0.0;
         for (int32_t k = 0; k <= k_cap; ++k) {
-            if (ran(k)) {
+            if (blk[k].n > 0.0) {
                 real += blk[k].get();
                 model += step_time(k);
             }
         }
         const double  scale  = model > 0.0 ? real / model : 1.0;
-        auto          time_k = [&](int32_t k) { return ran(k) ? blk[k].get() : scale * step_time(k); };
+        auto          time_k = [&](int32_t k) { return blk[k].n > 0.0 ? blk[k].get() : scale * step_time(k); };
         auto          rate_k = [&](int32_t k) { return tokens(k) / std::max(time_k(k), 1e-12); };
         // a new block: the best steady rate, a change of size charged over the block
         const int32_t cur    = block_k < 0 ? 0 : block_k;
@@ -300,7 +297,7 @@ int32_t controller::plan_block(int32_t k_cap) {
                 best_k = k;
             }
         }
-        auto known             = [&](int32_t k) { return k >= 0 && k <= k_cap && ran(k); };
+        auto known             = [&](int32_t k) { return k >= 0 && k <= k_cap && blk[k].n > 0.0; };
         block_k                = best_k;
         // neighbours: an unmeasured one gets the next block, a short one (so the lengths around the
         // choice are soon measured and the choice climbs to the best in a few blocks), otherwise every
@@ -308,15 +305,15 @@ int32_t controller::plan_block(int32_t k_cap) {
         // llama-server's slots keep every 8th). A measured neighbour far behind is tried rarely: each
         // such block costs in proportion to the gap (the CPU, plain far ahead: a k=1 block every 8th had
         // cost ~3%).
-        const bool   up_new    = timed && best_k + 1 <= k_cap && !known(best_k + 1);
-        const bool   dn_new    = timed && best_k >= 1 && !known(best_k - 1);
+        const bool   up_new    = own_loop && best_k + 1 <= k_cap && !known(best_k + 1);
+        const bool   dn_new    = own_loop && best_k >= 1 && !known(best_k - 1);
         // farther lengths not yet run that the model puts near the choice get a short block each, nearest
         // first: the model's verify costs come from the sizes run so far, and a curve flat near the top
         // (H100 27B shape: k=5..8 within 2%, a 9-token verify a matmul no dearer than 8 tokens) would
         // keep a neighbour-by-neighbour climb far from the best (k=8 run for 60 steps where 4 was best)
         int32_t      far       = -1;
         const double best_rate = rate_k(best_k);
-        for (int32_t d = 2; timed && far < 0 && d <= k_cap; ++d) {
+        for (int32_t d = 2; own_loop && far < 0 && d <= k_cap; ++d) {
             for (const int32_t k : { best_k - d, best_k + d }) {
                 if (far < 0 && k >= 1 && k <= k_cap && !known(k) && rate_k(k) >= SWEEP * best_rate) {
                     far = k;

@@ -148,9 +148,8 @@ struct controller {
     decayed_rate  cal[MODES][K][BINS];
     // What the model cannot see (a GPU finishing one step's MTP catch-up during the next step, a catch-up
     // the deferral pushes onto the next drafting step, the caller's work per token) shows only in the
-    // end-to-end rate of many steps. The engine's own loop times whole windows of WINDOW steps (so does
-    // llama-server's sequence while it is alone in its decodes: a step runs from one llama_mtp_draft to
-    // the next; with other sequences in the batch no window runs and plain windows do not apply): windows
+    // end-to-end rate of many steps. The engine's own loop times whole windows of WINDOW steps (so does a
+    // llama-server of one slot: a step runs from one llama_mtp_draft to the next): windows
     // where the controller decides freely, and windows of plain steps only. While free windows run below
     // plain ones, the following windows decode plainly (every CHECK-th one decides freely again, to see
     // whether that changed); otherwise every CHECK-th window is a plain one, to keep its rate measured.
@@ -197,13 +196,13 @@ struct controller {
     int64_t            n_blocks        = 0;
     int64_t            blk_since_probe = 0;     // block mode: blocks since one tried a neighbour
     bool               blk_probe       = false; // block mode: the current block tries a neighbour
-    realized_cost      blk[K + 1];       // block mode, own loop: ms per step realized by recent blocks of each length
-    double             blk_ms    = 0.0;  // the current block's steady steps so far (end to end, caller included)
-    int32_t            blk_steps = 0;    //   (steps that drafted the block's length, after its first BLK_SKIP)
-    int32_t            blk_seen  = 0;    // steps of the current block so far
-    int32_t            k_last    = 0;    // what the last step drafted
-    bool               own_loop = false; // whole steps are timed (the engine's own loop; llama-server's sequence alone)
-    std::vector<float> conf;             // confidence of each kept draft of this step (< 0: unknown)
+    realized_cost      blk[K + 1];        // block mode, own loop: ms per step realized by recent blocks of each length
+    double             blk_ms    = 0.0;   // the current block's steady steps so far (end to end, caller included)
+    int32_t            blk_steps = 0;     //   (steps that drafted the block's length, after its first BLK_SKIP)
+    int32_t            blk_seen  = 0;     // steps of the current block so far
+    int32_t            k_last    = 0;     // what the last step drafted
+    bool               own_loop  = false; // whole steps are timed (the engine's own loop; a one-slot llama-server)
+    std::vector<float> conf;              // confidence of each kept draft of this step (< 0: unknown)
 
     // ---- what it did (reset with the engine's stats) ----
     int64_t steps_k[K + 1] = {};

@@ -191,8 +191,9 @@ struct llama_mtp {
     mtp::clock_type::time_point step_exit{}; // when the last llama_mtp_step returned (the caller's time after it)
     bool                        step_exited = false;
     // caller-decoded (llama-server): one step of a sequence runs from one llama_mtp_draft to the next, and
-    // emits as many tokens as their positions differ. With this sequence alone in its decodes, whole
-    // steps are timed that way for the controller's windows, as the own loop times them.
+    // emits as many tokens as their positions differ. Where the target context holds this sequence only
+    // (a server of one slot), whole steps are timed that way for the controller's windows, as the own
+    // loop times them.
     mtp::clock_type::time_point caller_t{};            // the last llama_mtp_draft's entry
     llama_pos                   caller_pos    = -1;    // its position (-1: no step under way that can be timed)
     bool                        caller_alone  = false; // the step's target decode held this sequence only
