@@ -503,9 +503,6 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
     llama_mtp * m0 = runs[0].mtp;
     for (int32_t r = 0; r < n_runs; ++r) {
         const auto & run = runs[r];
-        if (run.mtp != nullptr && run.p0 != run.mtp->caller_pos) {
-            run.mtp->caller_pos = -1; // not the rows of the step under way (a prompt): no step to time
-        }
         if (run.mtp == nullptr || run.toks == nullptr || run.n_tokens <= 0 || run.p0 < 0 || run.row0 < 0 ||
             run.mtp->ctx_mtp != m0->ctx_mtp || run.mtp->ctx_tgt != m0->ctx_tgt) {
             return LLAMA_MTP_ERR_ARG;
@@ -528,6 +525,9 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
     std::vector<llama_mtp *> now;
     for (int32_t r = 0; r < n_runs; ++r) {
         const auto & run = runs[r];
+        if (run.p0 != run.mtp->caller_pos) {
+            run.mtp->caller_pos = -1; // not the rows of the step under way (a prompt): no step to time
+        }
         run.mtp->truncate_mtp_to(run.p0);
         run.mtp->observe(run.toks, run.n_tokens, run.p0, h_all, run.row0);
         if (!run.mtp->defers()) {
@@ -560,14 +560,12 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     const auto t_entry = mtp::clock_type::now();
     // (a server of one slot only: with several, measured on the CPU, 4 slots ran 0.88x of plain with these
     // windows against 1.00x without them, in runs of three rounds each)
-    if (m->caller_single && m->caller_pos >= 0 && m->caller_alone && pos > m->caller_pos &&
-        pos - m->caller_pos <= m->ctrl.k_max + 1) {
+    if (m->caller_single && m->caller_pos >= 0 && pos > m->caller_pos && pos - m->caller_pos <= m->ctrl.k_max + 1) {
         m->ctrl.stepped(pos - m->caller_pos, std::chrono::duration<double, std::milli>(t_entry - m->caller_t).count());
     }
-    m->caller_t     = t_entry;
-    m->caller_pos   = pos;
-    m->caller_alone = false;
-    int32_t k       = std::min({ n_draft, m->k_max, m->n_ctx - 1 - (int32_t) pos });
+    m->caller_t   = t_entry;
+    m->caller_pos = pos;
+    int32_t k     = std::min({ n_draft, m->k_max, m->n_ctx - 1 - (int32_t) pos });
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
         k = m->ctrl.plan(k); // at the load of the last reported decode
     }
@@ -630,7 +628,6 @@ void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, do
     if (m->ctrl.pending > 1) {
         m->stats.t_verify_ms += ms;
     }
-    m->caller_alone = n_seqs == 1;
     // the batch's size per sequence (the others' drafts cost this decode as much as this one's)
     m->ctrl.timed_target(std::max(1, (n_tokens + n_seqs / 2) / n_seqs), n_seqs, ms);
     m->ctrl.pending = 0;

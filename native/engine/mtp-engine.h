@@ -196,7 +196,6 @@ struct llama_mtp {
     // loop times them.
     mtp::clock_type::time_point caller_t{};            // the last llama_mtp_draft's entry
     llama_pos                   caller_pos    = -1;    // its position (-1: no step under way that can be timed)
-    bool                        caller_alone  = false; // the step's target decode held this sequence only
     bool                        caller_single = false; // the target context holds one sequence (set at init)
 
     // ---- verification (mtp-verify.cpp) ----
