@@ -205,14 +205,19 @@ def test_adaptive_windows_only_in_a_one_slot_server(servers):
 def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
     """A random head (acceptance ~0) makes drafting a loss: the controller settles on plain steps
     (deferring the MTP catch-up, written in one go when it probes drafting again), and every text
-    still equals MTP off's."""
+    still equals MTP off's. The share is counted over every request after the first round: one
+    request's ~22 steps can fall wholly inside a probe (a block of 8 drafting steps where a change of
+    decode size is dear; CI once saw 13 of 22 plain), the run's steps cannot."""
     on, off = servers("glm4moe-random", "on", adaptive=True), servers("glm4moe-random", "off")
+    steps = [0] * 9
     for i in range(4):
         for p in PROMPTS:
             text, r = completion_text(on, p, stream=False)
             assert text == completion_text(off, p, stream=False)[0]
-    a = mtp_timings(r)["adaptive"]
-    assert a["plain_share"] > 0.8 and a["best_fixed_draft"] == 0, a
+            a = mtp_timings(r)["adaptive"]
+            if i > 0:  # the first round explores (each draft length is timed once)
+                steps = [x + y for x, y in zip(steps, a["steps_per_draft_length"])]
+    assert steps[0] > 0.8 * sum(steps) and a["best_fixed_draft"] == 0, (steps, a)
     log = on.log.read_text(errors="replace")
     assert " E " not in log.replace("E srv", ""), [ln for ln in log.splitlines() if " E " in ln][:5]
     assert on.healthy()
