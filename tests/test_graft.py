@@ -153,6 +153,32 @@ CORPUS = ("The quick brown fox jumps over the lazy dog. " * 8 + "\n\n"
           + "In the beginning there was the word, and the word was written down. " * 12)
 
 
+def test_a_head_with_a_draft_vocabulary_trains_on_its_tokens(tiny_llama):
+    """With a draft vocabulary the distillation loss is the KL between the base's distribution
+    renormalised over the kept tokens and the head's over the same tokens (all a head limited to
+    them can match), and top-1 agreement is taken inside them: not the whole vocabulary's."""
+    from pymtp.graft.gguf_weights import load_base
+    from pymtp.graft.torch_model import BaseModel, MTPHead
+    from pymtp.graft.train import Distiller, TrainConfig
+
+    bg = load_base(tiny_llama, with_sha=False)
+    base = BaseModel(bg)
+    head = MTPHead.from_base(bg, init="mix", seed=0, index=0)
+    n_vocab, n_embd = base.output.shape
+    keep = np.arange(3, n_vocab, 5)
+    g = torch.Generator().manual_seed(0)
+    h, o = (torch.randn(8, n_embd, generator=g) for _ in range(2))
+    tgt = torch.zeros(8, dtype=torch.long)
+    cpu, cfg = torch.device("cpu"), TrainConfig(device="cpu")
+    kl, _, agree = Distiller(base, head, cfg, cpu, None, vocab_ids=keep)._chunk_loss(o, h, tgt)
+    w = base.output[torch.as_tensor(keep)]
+    t, s = torch.log_softmax(h @ w.T, -1), torch.log_softmax(o @ w.T, -1)
+    torch.testing.assert_close(kl, (t.exp() * (t - s)).sum(-1), rtol=1e-5, atol=1e-6)
+    assert torch.equal(agree, s.argmax(-1) == t.argmax(-1))
+    kl_full, _, _ = Distiller(base, head, cfg, cpu, None)._chunk_loss(o, h, tgt)
+    assert not torch.allclose(kl_full, kl, rtol=1e-2)
+
+
 @pytest.fixture(scope="module")
 def grafted(tiny_llama, tmp_path_factory):
     out = tmp_path_factory.mktemp("graft-out")

@@ -122,8 +122,10 @@ def register(subparsers) -> None:
                    help="storage type of the head's matrices (default: f16)")
     o.add_argument("--draft-vocab", type=int, default=0, metavar="N",
                    help="score only the N tokens the base emits most in the training data (a draft "
-                        "vocabulary: cheaper draft steps; see pymtp trim); 0 = the whole vocabulary "
-                        "(default: 0)")
+                        "vocabulary: cheaper draft steps; see pymtp trim). The head also trains on "
+                        "them (the base's distribution renormalised there), so a training step's "
+                        "LM-head work is N/vocab of the whole: on a 262k-vocabulary model (Gemma 3) "
+                        "that is most of a step. 0 = the whole vocabulary (default: 0)")
     o.add_argument("--check-prompts", type=int, default=24, metavar="N",
                    help="after training, generate greedily from N held-out prompts through the native "
                         "engine with the written head, report its acceptance per draft position and "

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -275,12 +276,20 @@ class BaseModel(nn.Module):
             return rope_tables(positions, hp.n_rot, hp.rope_base_swa, 1.0)
         return rope_tables(positions, hp.n_rot, hp.rope_base, hp.rope_freq_scale, self.rope_freqs)
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        out = F.linear(hidden, self.output, self.output_bias)
+    def logits(self, hidden: torch.Tensor, rows: tuple | None = None) -> torch.Tensor:
+        """The LM head's scores of ``hidden``; rows = (weight, bias) of a subset of the vocabulary
+        (output_rows) scores only those tokens."""
+        weight, bias = rows if rows is not None else (self.output, self.output_bias)
+        out = F.linear(hidden, weight, bias)
         cap = self.hp.final_logit_softcap
         if cap:
             out = torch.tanh(out / cap) * cap
         return out
+
+    def output_rows(self, ids) -> tuple:
+        """(weight, bias) of the LM head's rows for the token ids ``ids``, in that order (copies)."""
+        idx = torch.as_tensor(np.asarray(ids), dtype=torch.long, device=self.output.device)
+        return self.output[idx].contiguous(), None if self.output_bias is None else self.output_bias[idx]
 
     # -- forward -------------------------------------------------------------------
 

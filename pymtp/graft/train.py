@@ -212,10 +212,14 @@ class Hiddens:
 class Distiller:
     """Head passes + KL/CE against the base's own next-token distribution."""
 
-    def __init__(self, base: BaseModel, head, cfg: TrainConfig, device, autocast):
+    def __init__(self, base: BaseModel, head, cfg: TrainConfig, device, autocast, vocab_ids=None):
         """head: one MTPHead (trained over cfg.chain draft steps) or an nn.ModuleList of chained
-        heads (pass j = head j, see the module docstring)."""
+        heads (pass j = head j, see the module docstring). vocab_ids: the head's draft vocabulary,
+        if it has one; teacher and student are then scored on those tokens only (the teacher's
+        distribution renormalised there, the best a head limited to them can match), which also
+        makes each step's LM-head work N/n_vocab of the whole."""
         self.base, self.head, self.cfg, self.device, self.autocast = base, head, cfg, device, autocast
+        self.rows = base.output_rows(vocab_ids) if vocab_ids is not None else None
         self.heads = list(head) if isinstance(head, torch.nn.ModuleList) else None
         hp = base.hp
         self.parallel = 0 if self.heads else head.parallel
@@ -228,9 +232,9 @@ class Distiller:
         """Per-row KL(teacher || student), CE and top-1 agreement of one chunk of rows."""
         with torch.no_grad(), torch.autocast(self.device.type, enabled=False):
             # the teacher in full precision (TF32 on CUDA), the student under autocast
-            t_logp = torch.log_softmax(self.base.logits(h.to(self.base.output.dtype)).float(), dim=-1)
+            t_logp = torch.log_softmax(self.base.logits(h.to(self.base.output.dtype), self.rows).float(), dim=-1)
             t_arg = t_logp.argmax(-1)
-        s_logp = torch.log_softmax(self.base.logits(o).float(), dim=-1)
+        s_logp = torch.log_softmax(self.base.logits(o, self.rows).float(), dim=-1)
         kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1)
         if self.cfg.ce_weight:
             ce = F.nll_loss(s_logp, tgt.clamp(min=0), reduction="none") * (tgt >= 0)
@@ -423,8 +427,9 @@ def graft(job: GraftJob, log=None) -> dict:
     hid = Hiddens(base, data, cfg.seq_len, cfg.cache_gb, device, job.progress, log, cfg.loss_positions)
     t_hidden = time.time() - t0
 
+    draft_ids = _draft_ids(job, data, base_g.hparams.n_vocab, eog_ids, log) if job.draft_vocab else None
     head, opt = _head_and_optimizer(head_inits, cfg, device)
-    dist = Distiller(base, head, cfg, device, _autocast_for(device))
+    dist = Distiller(base, head, cfg, device, _autocast_for(device), vocab_ids=draft_ids)
     ckpt = _Checkpoint(job.ckpt_path, _settings_key(job, base_g, n_heads), head, opt, cfg)
     state = _TrainState()
     if job.resume:
@@ -437,7 +442,7 @@ def graft(job: GraftJob, log=None) -> dict:
                   (state.history["train"][-1]["loss"] if state.history["train"] else None))
     per_head = _write_head(job, base_g, head, n_heads, state.step, final_val, final_loss, summary)
     log(f"wrote {job.out}")
-    draft_vocab, draft_ids = _trim(job, data, base_g.hparams.n_vocab, eog_ids, log) if job.draft_vocab else (None, None)
+    draft_vocab = _trim(job, data, draft_ids, base_g.hparams.n_vocab, log) if job.draft_vocab else None
     acceptance = _check_acceptance(job, base_g, head, n_heads, state.step, final_val, final_loss, summary,
                                    draft_ids, log)
     report = {
@@ -564,6 +569,8 @@ def _settings_key(job: GraftJob, base_g, n_heads: int) -> dict:
         key["heads"] = n_heads
     if cfg.parallel:
         key["parallel"] = cfg.parallel
+    if job.draft_vocab:
+        key["draft_vocab"] = job.draft_vocab   # the head trains on its draft vocabulary
     return key
 
 
@@ -734,17 +741,25 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
     return per_head
 
 
-def _trim(job: GraftJob, data: Dataset, n_vocab: int, eog_ids: list, log) -> tuple:
-    """Give the written head a draft vocabulary of the job.draft_vocab tokens the base emits most
-    in the training data (generated parts); returns (its size and held-out coverage, its ids)."""
+def _draft_ids(job: GraftJob, data: Dataset, n_vocab: int, eog_ids: list, log) -> np.ndarray:
+    """The head's draft vocabulary: the job.draft_vocab tokens the base emits most in the training
+    data (generated parts), end-of-generation tokens first. The head trains on them and is trimmed
+    to them when written."""
     from . import trim
 
     ids = trim.choose(trim.generated_counts(data, n_vocab), job.draft_vocab, always=eog_ids)
-    held = trim.generated_counts(data, n_vocab, val=True)
-    cov = trim.coverage(held, ids)
+    log(f"draft vocabulary: {len(ids)} of {n_vocab} tokens (the head trains and drafts on these)")
+    return ids
+
+
+def _trim(job: GraftJob, data: Dataset, ids: np.ndarray, n_vocab: int, log) -> dict:
+    """Give the written head its draft vocabulary ``ids``; returns its size and held-out coverage."""
+    from . import trim
+
+    cov = trim.coverage(trim.generated_counts(data, n_vocab, val=True), ids)
     trim.trim_head(job.out, job.base, ids, job.out, extra_provenance={"draft_vocab_coverage": cov})
     log(f"draft vocabulary: {len(ids)} of {n_vocab} tokens, {cov:.1%} of the held-out generated tokens")
-    return {"n": int(len(ids)), "held_out_coverage": cov}, ids
+    return {"n": int(len(ids)), "held_out_coverage": cov, "trained_on": True}
 
 
 def _check_acceptance(job: GraftJob, base_g, head, n_heads: int, step: int, final_val, final_loss,
