@@ -84,3 +84,58 @@ def test_greedy_chat_identical_through_the_cpu_repack_path(built_in_q4_0, k):
     gemm and plain decoding through its gemv (the common Q4_0/Q4_K/Q8_0 files on x86 and Arm)."""
     path, head = built_in_q4_0
     assert_greedy_chat_identical(path, k, QUESTIONS[:3], mtp_head=head)
+
+
+@pytest.fixture(scope="module")
+def built_in_q4_k_m(tmp_path_factory):
+    """The built-in model requantized by llama.cpp to Q4_K_M: its ffn_down matrices (1536 columns, a
+    multiple of 256) become Q4_K or Q6_K, which ggml-cpu repacks (q4_K_8x8: a gemm kernel for 4+ rows
+    whose rounding differs from its one-row gemv)."""
+    from pymtp import default_model
+    from pymtp_devtools.requant import llama_quantize
+
+    dst = tmp_path_factory.mktemp("q4_k_m") / "smol-q4_k_m.gguf"
+    llama_quantize(default_model.default_model_path(progress=False), dst, "Q4_K_M")
+    return dst, default_model.SHIPPED_HEAD
+
+
+def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(built_in_q4_k_m):
+    """Each row of a 4-, 9- and 17-token batch (a verify of 3, 8 and 16 drafts) has exactly the logits of
+    decoding its token alone, with the engine's attention and cache settings, on a Q4_K_M model (patch
+    0019: before it, ggml-cpu's repacked Q4_K gemm from 4 rows and its tiled K-quant matmul from 8 rows
+    rounded differently from the one-row kernels, and greedy MTP output diverged from MTP off)."""
+    import gguf
+    import numpy as np
+
+    from pymtp._native import model_calls as mc
+
+    if NGL:
+        pytest.skip("a CPU kernel path")
+    path, _ = built_in_q4_k_m
+    types = {t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
+    assert {gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K} <= types
+    with pymtp.Model(path, n_threads=2, mtp="off") as m:
+        seq = m.tokenize("The lighthouse keeper climbed the stairs every evening, lit the lamp, and spoke to "
+                         "the sea about the ships, the storms and the gulls that nested on the rocks below.")
+        n_vocab = m.rt.n_vocab
+    assert len(seq) >= 4 + 17
+    model = mc.load_model(path)
+    try:
+        def rows(batches):
+            ctx = mc.new_context(model, 64, 2, engine_attention=True)
+            try:
+                mc.decode(ctx, seq[:4], 0)
+                pos, out = 4, []
+                for b in batches:
+                    mc.decode(ctx, seq[pos:pos + b], pos)
+                    out.extend(mc.logits_rows(ctx, b, n_vocab))
+                    pos += b
+                return np.array(out)
+            finally:
+                mc.free_context(ctx)
+
+        one_by_one = rows([1] * 17)
+        for n in (4, 9, 17):
+            np.testing.assert_array_equal(rows([n] + [1] * (17 - n)), one_by_one, err_msg=f"a {n}-row batch")
+    finally:
+        mc.free_model(model)

@@ -52,11 +52,13 @@ def model_n_embd(model) -> int:
 # --------------------------------------------------------------------------- contexts
 
 def new_context(model, n_tokens: int, n_threads: int | None = None, *, mtp: bool = False,
-                embeddings: bool = False):
+                embeddings: bool = False, engine_attention: bool = False):
     """A one-sequence context for checks: room for ``n_tokens`` in one batch, every row's output
     (pooling none), an f32 KV cache (only the weights' own rounding is left), no flash attention.
     ``mtp``: an MTP context (the model's MTP graph); ``embeddings``: the final-norm output rows
-    are kept (embedding_rows). Raises RuntimeError when llama.cpp cannot create it."""
+    are kept (embedding_rows); ``engine_attention``: llama.cpp's default cache type and flash
+    attention setting instead, as the engine's contexts run. Raises RuntimeError when llama.cpp
+    cannot create it."""
     lib = L.lib()
     cp = lib.llama_context_default_params()
     cp.n_ctx = max(256, n_tokens + 8)
@@ -65,8 +67,9 @@ def new_context(model, n_tokens: int, n_threads: int | None = None, *, mtp: bool
     cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP if mtp else LLAMA_CONTEXT_TYPE_DEFAULT
     cp.embeddings = embeddings
     cp.pooling_type = 0          # LLAMA_POOLING_TYPE_NONE: one row per token
-    cp.type_k = cp.type_v = 0    # f32 KV cache
-    cp.flash_attn_type = 0
+    if not engine_attention:
+        cp.type_k = cp.type_v = 0    # f32 KV cache
+        cp.flash_attn_type = 0
     cp.no_perf = True
     if n_threads:
         cp.n_threads = cp.n_threads_batch = n_threads
