@@ -77,11 +77,11 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"the type to write (default Q4_0); {', '.join(LLAMA_FTYPES)}: the whole model "
                          "through llama.cpp's own quantizer (--from is not used)")
     args = ap.parse_args(argv)
+    if not Path(args.src).is_file():
+        ap.error(f"{args.src}: no such file")
+    if Path(args.dst).resolve() == Path(args.src).resolve():
+        ap.error("the output must not be the input file")
     if args.dst_type.upper() in LLAMA_FTYPES:
-        if not Path(args.src).is_file():
-            ap.error(f"{args.src}: no such file")
-        if Path(args.dst).resolve() == Path(args.src).resolve():
-            ap.error("the output must not be the input file")
         llama_quantize(args.src, args.dst, args.dst_type.upper())
         print(f"{args.dst}: {args.src} as {args.dst_type.upper()} (llama.cpp's quantizer)")
         return 0
@@ -89,10 +89,6 @@ def main(argv: list[str] | None = None) -> int:
         src_type, dst_type = QT[args.src_type.upper()], QT[args.dst_type.upper()]
     except KeyError as e:
         ap.error(f"unknown quantization type {e.args[0]}")
-    if not Path(args.src).is_file():
-        ap.error(f"{args.src}: no such file")
-    if Path(args.dst).resolve() == Path(args.src).resolve():
-        ap.error("the output must not be the input file")
     n = requantize(args.src, args.dst, src_type, dst_type)
     if n == 0:
         ap.error(f"{args.src} has no {src_type.name} tensor")

@@ -89,14 +89,14 @@ def test_greedy_chat_identical_through_the_cpu_repack_path(built_in_q4_0, k):
 @pytest.fixture(scope="module")
 def built_in_q4_k_m(tmp_path_factory):
     """The built-in model requantized by llama.cpp to Q4_K_M: its ffn_down matrices (1536 columns, a
-    multiple of 256) become Q4_K or Q6_K, which ggml-cpu repacks (q4_K_8x8: a gemm kernel for 4+ rows
-    whose rounding differs from its one-row gemv)."""
+    multiple of 256) become Q4_K, which ggml-cpu repacks (q4_K_8x8, a gemm kernel from 4 rows), or Q6_K,
+    which its tiled K-quant matmul takes from 8 rows."""
     from pymtp import default_model
     from pymtp_devtools.requant import llama_quantize
 
     dst = tmp_path_factory.mktemp("q4_k_m") / "smol-q4_k_m.gguf"
     llama_quantize(default_model.default_model_path(progress=False), dst, "Q4_K_M")
-    return dst, default_model.SHIPPED_HEAD
+    return dst
 
 
 def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(built_in_q4_k_m):
@@ -111,7 +111,7 @@ def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(
 
     if NGL:
         pytest.skip("a CPU kernel path")
-    path, _ = built_in_q4_k_m
+    path = built_in_q4_k_m
     types = {t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
     assert {gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K} <= types
     with pymtp.Model(path, n_threads=2, mtp="off") as m:
