@@ -70,15 +70,27 @@ def build_upstream(backend: str, jobs: int) -> Path:
 
 
 
+def parse_env(text: str, flag: str) -> dict[str, str]:
+    """'A=1 B=2' -> {'A': '1', 'B': '2'}; exits with a clear message on a word without '='."""
+    env = {}
+    for word in text.split():
+        name, eq, value = word.partition("=")
+        if not eq or not name:
+            sys.exit(f"{flag}: expected VAR=VALUE words, got {word!r}")
+        env[name] = value
+    return env
+
+
 class Server:
-    def __init__(self, name: str, argv: list[str], log_dir: Path) -> None:
+    def __init__(self, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> None:
         from pymtp.server import free_port, start_server, wait_until_ready
 
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(log_dir / f"{name}.log", "wb")
-        self.proc = start_server(argv + ["--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = start_server(argv + ["--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT,
+                                 env={**os.environ, **(env or {})})
         wait_until_ready(self.url, self.proc, timeout=900)
 
     def complete(self, prompt: str, n: int, temp: float, seed: int, extra: dict) -> dict:
@@ -134,6 +146,10 @@ def main() -> int:
     ap.add_argument("--pymtp-extra", default="", metavar="ARGS",
                     help="more arguments for pymtp's server only, e.g. '--mtp-head draft-vocab.gguf' (split on "
                          "spaces)")
+    ap.add_argument("--upstream-env", default="", metavar="VAR=VALUE ...",
+                    help="environment of the two upstream servers only, e.g. pymtp's ggml-cuda knobs that restore "
+                         "upstream's kernels when the pristine server runs on pymtp's ggml libraries")
+    ap.add_argument("--pymtp-env", default="", metavar="VAR=VALUE ...", help="environment of the pymtp server only")
     ap.add_argument("--server-extra", default="", metavar="ARGS",
                     help="more arguments for all three servers, e.g. '--split-mode layer' (split on spaces)")
     ap.add_argument("--prefill-tokens", type=int, default=0, metavar="N",
@@ -177,6 +193,9 @@ def main() -> int:
         "pymtp --mtp": [str(server_binary()), *common, "--mtp", "--mtp-n-draft", str(args.n_draft),
                         "--mtp-draft", args.draft, "--mtp-adaptive", "off", *synth, *args.pymtp_extra.split()],
     }
+    envs = {"plain": parse_env(args.upstream_env, "--upstream-env"),
+            "upstream draft-mtp": parse_env(args.upstream_env, "--upstream-env"),
+            "pymtp --mtp": parse_env(args.pymtp_env, "--pymtp-env")}
     if args.log_dir:
         log_dir = Path(args.log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -193,7 +212,7 @@ def main() -> int:
 
     if args.serial:
         for name, argv in configs.items():
-            s = Server(name.split()[0], argv, log_dir)
+            s = Server(name.split()[0], argv, log_dir, envs[name])
             try:
                 s.complete(prompts[0], 8, 0.0, 0, {})  # warm-up
                 for i, p in enumerate(prompts):
@@ -206,7 +225,7 @@ def main() -> int:
         servers = {}
         try:
             for name, argv in configs.items():
-                servers[name] = Server(name.split()[0], argv, log_dir)
+                servers[name] = Server(name.split()[0], argv, log_dir, envs[name])
             for s in servers.values():  # warm-up
                 s.complete(prompts[0], 8, 0.0, 0, {})
             for i, p in enumerate(prompts):

@@ -9,7 +9,11 @@
 # ggml-vocab-qwen35.gguf, MT-Bench questions). The pristine llama-server is built here without a GPU
 # backend and runs on pymtp's ggml libraries (same kernels; ~1 min at -j16). The model, the token
 # counts (random: any subset costs the same) and each trimmed file are made on the box.
-# Knobs: TRIMS ("8192"; "none" = pymtp without a draft vocabulary), K (3), RATES (0.917,0.837,0.648).
+# Knobs: TRIMS ("8192"; "none" = pymtp without a draft vocabulary), K (3), RATES (0.917,0.837,0.648),
+# UPSTREAM_ENV (the upstream servers' environment: by default the knobs that switch pymtp's ggml-cuda
+# patches 0011, 0018 and 0021 back to upstream's behaviour, since they share pymtp's ggml libraries;
+# patch 0016 has no knob and stays, which helps upstream; "none" = no knobs), PYMTP_ENV (the pymtp
+# server's environment, e.g. a ggml-cuda knob under test), TAG (a suffix for the result files).
 set -uo pipefail
 OUT=${OUT:-/tmp/pymtp-out}
 mkdir -p "$OUT"
@@ -35,6 +39,9 @@ if [ ! -f $m ]; then
 fi
 [ -f /tmp/counts27b.npz ] || python3 -c "import numpy as np; c = np.random.default_rng(0).zipf(1.3, 248320); \
 np.savez('/tmp/counts27b.npz', train=c.astype(np.int64), val=c.astype(np.int64))"
+upstream_env=${UPSTREAM_ENV:-GGML_CUDA_GRAPH_KEY_BY_NODE=1 GGML_CUDA_GRAPH_REWARM=1 GGML_CUDA_MMVQ_MAX_COLS=8}
+[ "$upstream_env" = none ] && upstream_env=
+say "upstream servers' environment: ${upstream_env:-(none)}; pymtp server's: ${PYMTP_ENV:-(none)}"
 for n in ${TRIMS:-8192}; do
     if [ "$n" != none ] && [ ! -f /tmp/q27-$n.mtp.gguf ]; then
         (cd /tmp && pymtp trim $m -n $n -o /tmp/q27-$n.mtp.gguf --counts /tmp/counts27b.npz 2>&1 | tail -n 1)
@@ -43,6 +50,7 @@ for n in ${TRIMS:-8192}; do
     python3 bench/upstream_vs_pymtp.py $m --upstream-bin $P/bin/llama-server --ngl 99 \
         --synthetic-rates "${RATES:-0.917,0.837,0.648}" --n-draft "${K:-3}" --requests 8 -n 128 --ctx 2048 \
         --pymtp-extra="$([ "$n" = none ] || echo --mtp-head /tmp/q27-$n.mtp.gguf)" \
-        --log-dir "$OUT/logs-$n" --out "$OUT/uvp-27b-trim$n-k${K:-3}.json" 2>&1 | grep -A 7 '^config'
+        --upstream-env "$upstream_env" --pymtp-env "${PYMTP_ENV:-}" \
+        --log-dir "$OUT/logs-$n" --out "$OUT/uvp-27b-trim$n-k${K:-3}${TAG:-}.json" 2>&1 | grep -A 7 '^config'
 done
 say done

@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--ncu-phase", type=int, default=0,
                     help="profile one decode of this many tokens between cuProfilerStart/Stop (under ncu)")
     ap.add_argument("--mtp-head", default=None)
+    ap.add_argument("--mtp", choices=("on", "off"), default="on",
+                    help="off: the plain target context (no rollback snapshots), as MTP off decodes")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 
@@ -38,7 +40,7 @@ def main() -> int:
     from pymtp._native import model_calls as M
     from pymtp.engine.runtime import Runtime, RuntimeConfig
 
-    rt = Runtime(Path(a.model).resolve(), RuntimeConfig(n_gpu_layers=99, mtp="on", n_draft=8, n_ctx=4096,
+    rt = Runtime(Path(a.model).resolve(), RuntimeConfig(n_gpu_layers=99, mtp=a.mtp, n_draft=8, n_ctx=4096,
                                                          mtp_head=a.mtp_head))
     lib, ctx, n_vocab = L.lib(), rt.ctx, rt.n_vocab
     pos = 0
