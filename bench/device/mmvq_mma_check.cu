@@ -1,0 +1,187 @@
+// Device check of native/ggml-cuda/mmvq-mma.cu (issue 19), without the rest of ggml-cuda:
+//   1. exactness: random Q4_K/Q5_K weights and q8_1 columns, the kernel vs a host reference written from
+//      upstream's dequantize_row_q4_K/q5_K (double sums), 2..8 columns, row counts with and without a
+//      tail; prints the worst relative error and fails above 1e-5;
+//   2. speed: the kernel on the 27B shape's largest Q4_K product (17408 x 5120) for 2..8 columns, in
+//      GB/s of weights read (the H100/H200 move ~3.3-4.8 TB/s).
+// Build and run on the device, after the pymtp CUDA build (bench/device/run_verify_kernels.sh does it):
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Ivendor/llama.cpp/ggml/include -Ivendor/llama.cpp/ggml/src \
+//        -Inative/ggml-cuda bench/device/mmvq_mma_check.cu -o /tmp/mmvq_mma_check && /tmp/mmvq_mma_check
+#include "../../native/ggml-cuda/mmvq-mma.cu"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+// what ggml-cuda.cu and ggml-base would provide: CUDA_CHECK's error path and GGML_ABORT
+[[noreturn]] void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
+    fprintf(stderr, "CUDA error %s at %s:%d (%s): %s\n", stmt, file, line, func, msg);
+    exit(1);
+}
+
+extern "C" [[noreturn]] void ggml_abort(const char * file, int line, const char * fmt, ...) {
+    fprintf(stderr, "abort at %s:%d: %s\n", file, line, fmt);
+    exit(1);
+}
+
+static void scale_min_k4(int j, const uint8_t * q, int & sc, int & m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m  = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m  = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+    }
+}
+
+template <typename block_t> static double ref_dot(const block_t * row, const block_q8_1 * col, int nsb, bool q5) {
+    double acc = 0.0;
+    for (int sb = 0; sb < nsb; ++sb) {
+        const block_t & b    = row[sb];
+        const float     d    = __half2float(__low2half(b.dm));
+        const float     dmin = __half2float(__high2half(b.dm));
+        for (int s = 0; s < 8; ++s) {
+            int sc, m;
+            scale_min_k4(s, b.scales, sc, m);
+            const block_q8_1 & y    = col[8 * sb + s];
+            const float        d8   = __half2float(__low2half(y.ds));
+            const float        sum8 = __half2float(__high2half(y.ds));
+            long               isum = 0;
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t byte = b.qs[32 * (s / 2) + l];
+                int           q    = s % 2 == 0 ? byte & 0xF : byte >> 4;
+                if (q5) {
+                    q += ((((const block_q5_K &) b).qh[l] >> s) & 1) << 4;
+                }
+                isum += q * y.qs[l];
+            }
+            acc += (double) d * sc * d8 * isum - (double) dmin * m * sum8;
+        }
+    }
+    return acc;
+}
+
+template <typename block_t> static void fill_x(std::vector<block_t> & x, std::mt19937 & rng) {
+    std::uniform_int_distribution<int>    byte(0, 255);
+    std::uniform_real_distribution<float> dd(0.001f, 0.01f);
+    for (auto & b : x) {
+        uint8_t * p = (uint8_t *) &b;
+        for (size_t i = 0; i < sizeof(block_t); ++i) {
+            p[i] = (uint8_t) byte(rng);
+        }
+        b.dm = make_half2(__float2half(dd(rng)), __float2half(dd(rng)));
+    }
+}
+
+static void fill_y(std::vector<block_q8_1> & y, std::mt19937 & rng) {
+    std::uniform_int_distribution<int>    q(-127, 127);
+    std::uniform_real_distribution<float> dd(0.01f, 0.02f);
+    for (auto & b : y) {
+        int sum = 0;
+        for (int l = 0; l < 32; ++l) {
+            b.qs[l] = (int8_t) q(rng);
+            sum += b.qs[l];
+        }
+        const float d = dd(rng);
+        b.ds          = make_half2(__float2half(d), __float2half(d * sum));
+    }
+}
+
+template <typename block_t> static bool check(ggml_type type, int nrows, int nsb, std::mt19937 & rng) {
+    const int                  K = nsb * QK_K;
+    std::vector<block_t>       x((size_t) nrows * nsb);
+    std::vector<block_q8_1>    y((size_t) 8 * K / QK8_1);
+    fill_x(x, rng);
+    fill_y(y, rng);
+    void *       dx;
+    void *       dy;
+    float *      dd;
+    CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(block_t)));
+    CUDA_CHECK(cudaMalloc(&dy, y.size() * sizeof(block_q8_1)));
+    CUDA_CHECK(cudaMalloc(&dd, (size_t) 8 * nrows * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(block_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dy, y.data(), y.size() * sizeof(block_q8_1), cudaMemcpyHostToDevice));
+    bool ok = true;
+    for (int ncols = 2; ncols <= 8; ++ncols) {
+        CUDA_CHECK(cudaMemset(dd, 0xff, (size_t) 8 * nrows * sizeof(float)));  // NaN: unwritten shows
+        if (!pymtp_mmvq_mma(type, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, /*cc=*/900, 0)) {
+            printf("  %s ncols %d: not taken\n", (type == GGML_TYPE_Q4_K ? "q4_K" : "q5_K"), ncols);
+            ok = false;
+            continue;
+        }
+        std::vector<float> out((size_t) 8 * nrows);
+        CUDA_CHECK(cudaMemcpy(out.data(), dd, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        double worst = 0.0, scale = 0.0;
+        for (int j = 0; j < ncols; ++j) {
+            for (int r = 0; r < nrows; ++r) {
+                const double ref = ref_dot(&x[(size_t) r * nsb], &y[(size_t) j * K / QK8_1], nsb,
+                                           type == GGML_TYPE_Q5_K);
+                const double got = out[(size_t) j * nrows + r];
+                worst            = std::isfinite(got) ? std::max(worst, std::fabs(got - ref)) : INFINITY;
+                scale            = std::max(scale, std::fabs(ref));
+            }
+        }
+        const double rel = worst / scale;
+        printf("  %s rows %d K %d ncols %d: max |err| / max |ref| = %.2e\n", (type == GGML_TYPE_Q4_K ? "q4_K" : "q5_K"), nrows, K, ncols,
+               rel);
+        ok = ok && rel < 1e-5;
+    }
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dd);
+    return ok;
+}
+
+static void speed(int nrows, int nsb) {
+    const int                  K = nsb * QK_K;
+    std::mt19937               rng(7);
+    std::vector<block_q4_K>    x((size_t) nrows * nsb);
+    std::vector<block_q8_1>    y((size_t) 8 * K / QK8_1);
+    fill_x(x, rng);
+    fill_y(y, rng);
+    void *  dx;
+    void *  dy;
+    float * dd;
+    CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(block_q4_K)));
+    CUDA_CHECK(cudaMalloc(&dy, y.size() * sizeof(block_q8_1)));
+    CUDA_CHECK(cudaMalloc(&dd, (size_t) 8 * nrows * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(block_q4_K), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dy, y.data(), y.size() * sizeof(block_q8_1), cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    const double bytes = (double) x.size() * sizeof(block_q4_K);
+    for (int ncols = 2; ncols <= 8; ++ncols) {
+        for (int w = 0; w < 5; ++w) {
+            pymtp_mmvq_mma(GGML_TYPE_Q4_K, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, 900, 0);
+        }
+        const int reps = 50;
+        cudaEventRecord(e0);
+        for (int r = 0; r < reps; ++r) {
+            pymtp_mmvq_mma(GGML_TYPE_Q4_K, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, 900, 0);
+        }
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, e0, e1);
+        printf("  speed Q4_K %d x %d, ncols %d: %.1f us, %.0f GB/s\n", nrows, K, ncols, 1e3 * ms / reps,
+               bytes / (ms / reps * 1e-3) / 1e9);
+    }
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dd);
+}
+
+int main() {
+    std::mt19937 rng(1234);
+    bool         ok = true;
+    ok              = check<block_q4_K>(GGML_TYPE_Q4_K, 64, 3, rng) && ok;
+    ok              = check<block_q4_K>(GGML_TYPE_Q4_K, 40, 2, rng) && ok;  // a row tail
+    ok              = check<block_q5_K>(GGML_TYPE_Q5_K, 64, 3, rng) && ok;
+    ok              = check<block_q5_K>(GGML_TYPE_Q5_K, 24, 20, rng) && ok;
+    speed(17408, 20);
+    speed(5120, 20);
+    printf("mmvq-mma check: %s\n", ok ? "PASSED" : "FAILED");
+    return ok ? 0 : 1;
+}
