@@ -23,7 +23,7 @@
 #include <cstdlib>
 #include <type_traits>
 
-static constexpr int MMA_WARPS = 8;   // warps per CUDA block (16 rows)
+static constexpr int MMA_WARPS = 4;   // warps per CUDA block (16 rows); they share its super-blocks
 static constexpr int MMA_ROWS  = 16;  // rows per CUDA block: the mma's M
 
 static __device__ __forceinline__ int load_int(const void * p, const int i32) {
@@ -43,56 +43,23 @@ static __device__ __forceinline__ void mma_s8_m16n8k32(int (&c)[4], const int (&
 #endif
 }
 
-// The 6-bit scales and mins of sub-blocks 2c and 2c+1 of a Q4_K/Q5_K super-block, times d and dmin
-// (upstream's get_scale_min_k4, two sub-blocks at a time as vec_dot_q4_K_q8_1 decodes them).
-static __device__ __forceinline__ void kquant_scales(const uint8_t * scales_u8, const half2 dm, const int c,
-                                                     float (&dsc)[2], float (&dmm)[2]) {
-    const uint16_t * scales = (const uint16_t *) scales_u8;
-    const int        jm     = c & 1;
-    const uint32_t   s0     = scales[jm + 0];
-    const uint32_t   s2     = scales[jm + 2];
-    const uint32_t   s4     = scales[jm + 4];
-    const uint32_t   hi     = (uint32_t) -(int32_t) (c >= 2);
-
-    const uint32_t sc = ((s0 & 0x3f3f) & ~hi) | ((((s4 >> 0) & 0x0f0f) | ((s0 & 0xc0c0) >> 2)) & hi);
-    const uint32_t m  = ((s2 & 0x3f3f) & ~hi) | ((((s4 >> 4) & 0x0f0f) | ((s2 & 0xc0c0) >> 2)) & hi);
-
-    const float2 dmf = __half22float2(dm);
-    dsc[0] = dmf.x * (float) (sc & 0xff);
-    dsc[1] = dmf.x * (float) (sc >> 8);
-    dmm[0] = dmf.y * (float) (m & 0xff);
-    dmm[1] = dmf.y * (float) (m >> 8);
+// Sub-block s's 6-bit scale (sc) or min (m) of a Q4_K/Q5_K super-block, from its 16-byte header
+// h = {dm, scales[0..3], scales[4..7], scales[8..11]} (upstream's get_scale_min_k4, unpacked four at a time)
+static __device__ __forceinline__ int kquant_sc(const int4 h, const int s) {
+    const uint32_t lo4 = (uint32_t) h.y & 0x3f3f3f3f;
+    const uint32_t hi4 = ((uint32_t) h.w & 0x0f0f0f0f) | (((uint32_t) h.y >> 2) & 0x30303030);
+    return ((s < 4 ? lo4 : hi4) >> (8 * (s % 4))) & 0xff;
 }
 
-// A fragments of sub-blocks 2c (lo) and 2c+1 (hi) for rows g (x0) and g + 8 (x1)
-template <ggml_type type>
-static __device__ __forceinline__ void kquant_a(const void * x0, const void * x1, const int c, const int t,
-                                                int (&lo)[4], int (&hi)[4]) {
-    static_assert(type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K, "Q4_K or Q5_K");
-    const uint8_t * qs0 = type == GGML_TYPE_Q4_K ? ((const block_q4_K *) x0)->qs : ((const block_q5_K *) x0)->qs;
-    const uint8_t * qs1 = type == GGML_TYPE_Q4_K ? ((const block_q4_K *) x1)->qs : ((const block_q5_K *) x1)->qs;
-    // fragment order: a0 = (row g, k 4t..), a1 = (row g+8, k 4t..), a2 = (row g, k 16+4t..), a3 = (row g+8, k 16+4t..)
-    const int v[4] = {
-        load_int(qs0 + 32 * c, t), load_int(qs1 + 32 * c, t), load_int(qs0 + 32 * c, 4 + t),
-        load_int(qs1 + 32 * c, 4 + t),
-    };
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        lo[i] = v[i] & 0x0F0F0F0F;
-        hi[i] = (v[i] >> 4) & 0x0F0F0F0F;
-    }
-    if constexpr (type == GGML_TYPE_Q5_K) {
-        const uint8_t * qh0 = ((const block_q5_K *) x0)->qh;
-        const uint8_t * qh1 = ((const block_q5_K *) x1)->qh;
-        const int       h[4] = { load_int(qh0, t), load_int(qh1, t), load_int(qh0, 4 + t), load_int(qh1, 4 + t) };
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            lo[i] |= ((h[i] >> (2 * c + 0)) << 4) & 0x10101010;
-            hi[i] |= ((h[i] >> (2 * c + 1)) << 4) & 0x10101010;
-        }
-    }
+static __device__ __forceinline__ int kquant_m(const int4 h, const int s) {
+    const uint32_t lo4 = (uint32_t) h.z & 0x3f3f3f3f;
+    const uint32_t hi4 = (((uint32_t) h.w >> 4) & 0x0f0f0f0f) | (((uint32_t) h.z >> 2) & 0x30303030);
+    return ((s < 4 ? lo4 : hi4) >> (8 * (s % 4))) & 0xff;
 }
 
+// The mma's k order within a 32-value sub-block is a permutation shared by A and B: thread t holds
+// values 8t..8t+7 (k = 4t..4t+3 -> values 8t..8t+3, k = 16+4t..16+4t+3 -> values 8t+4..8t+7), so a
+// thread reads 8 contiguous bytes of a row's quants and of a q8_1 block. A dot product does not care.
 template <ggml_type type>
 __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
     void mmvq_mma_kernel(const void * __restrict__ vx, const block_q8_1 * __restrict__ y, float * __restrict__ dst,
@@ -119,32 +86,62 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
 
     float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
-    const int n_units = 4 * n_superblocks;
-#pragma unroll 2
-    for (int u = warp; u < n_units; u += MMA_WARPS) {
-        const int sb = u / 4;
-        const int c  = u % 4;
-
-        int a_lo[4], a_hi[4];
-        kquant_a<type>(x0 + sb, x1 + sb, c, t, a_lo, a_hi);
-
-        float dsc0[2], dmm0[2], dsc1[2], dmm1[2];
-        kquant_scales(x0[sb].scales, x0[sb].dm, c, dsc0, dmm0);
-        kquant_scales(x1[sb].scales, x1[sb].dm, c, dsc1, dmm1);
-
+    for (int sb = warp; sb < n_superblocks; sb += MMA_WARPS) {
+        // every load of the super-block first, so that they are in flight together
+        const int4 h0 = *(const int4 *) (x0 + sb);  // dm, scales
+        const int4 h1 = *(const int4 *) (x1 + sb);
+        int2       q0[4], q1[4];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int          ib = 8 * sb + 2 * c + i;  // the sub-block's q8_1 block
-            const int          b[2] = { load_int(yb[ib].qs, t), load_int(yb[ib].qs, 4 + t) };
-            int                C[4] = { 0, 0, 0, 0 };
-            mma_s8_m16n8k32(C, i == 0 ? a_lo : a_hi, b);
+        for (int c = 0; c < 4; ++c) {
+            q0[c] = *(const int2 *) (x0[sb].qs + 32 * c + 8 * t);
+            q1[c] = *(const int2 *) (x1[sb].qs + 32 * c + 8 * t);
+        }
+        int2 qh0 = make_int2(0, 0), qh1 = make_int2(0, 0);
+        if constexpr (type == GGML_TYPE_Q5_K) {
+            qh0 = *(const int2 *) (((const block_q5_K *) x0)[sb].qh + 8 * t);
+            qh1 = *(const int2 *) (((const block_q5_K *) x1)[sb].qh + 8 * t);
+        }
+        int   b[8][2];
+        half2 ds0[8], ds1[8];
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            b[s][0] = load_int(yb[8 * sb + s].qs, 2 * t);
+            b[s][1] = load_int(yb[8 * sb + s].qs, 2 * t + 1);
+            ds0[s]  = yc0[8 * sb + s].ds;
+            ds1[s]  = yc1[8 * sb + s].ds;
+        }
 
-            const float2 ds0 = __half22float2(yc0[ib].ds);
-            const float2 ds1 = __half22float2(yc1[ib].ds);
-            acc[0] += dsc0[i] * ds0.x * (float) C[0] - dmm0[i] * ds0.y;
-            acc[1] += dsc0[i] * ds1.x * (float) C[1] - dmm0[i] * ds1.y;
-            acc[2] += dsc1[i] * ds0.x * (float) C[2] - dmm1[i] * ds0.y;
-            acc[3] += dsc1[i] * ds1.x * (float) C[3] - dmm1[i] * ds1.y;
+        const float2 dm0 = __half22float2(*(const half2 *) &h0.x);
+        const float2 dm1 = __half22float2(*(const half2 *) &h1.x);
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const int c     = s / 2;
+            const int shift = 4 * (s % 2);  // low nibbles: sub-block 2c, high nibbles: 2c+1
+            int       a[4]  = {
+                (q0[c].x >> shift) & 0x0F0F0F0F,  // row g,   values 8t..8t+3
+                (q1[c].x >> shift) & 0x0F0F0F0F,  // row g+8, values 8t..8t+3
+                (q0[c].y >> shift) & 0x0F0F0F0F,  // row g,   values 8t+4..8t+7
+                (q1[c].y >> shift) & 0x0F0F0F0F,  // row g+8, values 8t+4..8t+7
+            };
+            if constexpr (type == GGML_TYPE_Q5_K) {  // qh byte l: bit s is the fifth bit of value l
+                a[0] |= ((qh0.x >> s) << 4) & 0x10101010;
+                a[1] |= ((qh1.x >> s) << 4) & 0x10101010;
+                a[2] |= ((qh0.y >> s) << 4) & 0x10101010;
+                a[3] |= ((qh1.y >> s) << 4) & 0x10101010;
+            }
+            int C[4] = { 0, 0, 0, 0 };
+            mma_s8_m16n8k32(C, a, b[s]);
+
+            const float2 y0   = __half22float2(ds0[s]);
+            const float2 y1   = __half22float2(ds1[s]);
+            const float  dsc0 = dm0.x * (float) kquant_sc(h0, s);
+            const float  dmm0 = dm0.y * (float) kquant_m(h0, s);
+            const float  dsc1 = dm1.x * (float) kquant_sc(h1, s);
+            const float  dmm1 = dm1.y * (float) kquant_m(h1, s);
+            acc[0] += dsc0 * y0.x * (float) C[0] - dmm0 * y0.y;
+            acc[1] += dsc0 * y1.x * (float) C[1] - dmm0 * y1.y;
+            acc[2] += dsc1 * y0.x * (float) C[2] - dmm1 * y0.y;
+            acc[3] += dsc1 * y1.x * (float) C[3] - dmm1 * y1.y;
         }
     }
 
@@ -195,6 +192,11 @@ bool pymtp_mmvq_mma(ggml_type type, const void * vx, const void * vy, float * ds
         return false;
     }
     if (ncols_dst < 2 || ncols_dst > 8 || ncols_x % QK_K != 0 || !ampere_mma_available(cc) || !mmvq_mma_enabled()) {
+        return false;
+    }
+    // each super-block's 16-byte header is read as one int4
+    const size_t block_size = type == GGML_TYPE_Q4_K ? sizeof(block_q4_K) : sizeof(block_q5_K);
+    if ((uintptr_t) vx % 16 != 0 || (stride_row_x * block_size) % 16 != 0) {
         return false;
     }
     const dim3 blocks((unsigned) ((nrows_x + MMA_ROWS - 1) / MMA_ROWS), 1, 1);
