@@ -11,7 +11,7 @@
 # counts (random: any subset costs the same) and each trimmed file are made on the box.
 # Knobs: TRIMS ("8192"; "none" = pymtp without a draft vocabulary), K (3), RATES (0.917,0.837,0.648),
 # UPSTREAM_ENV (the upstream servers' environment: by default the knobs that switch pymtp's ggml-cuda
-# patches 0011, 0018 and 0021 back to upstream's behaviour, since they share pymtp's ggml libraries;
+# patches 0011, 0018 and 0022 back to upstream's behaviour, since they share pymtp's ggml libraries;
 # patch 0016 has no knob and stays, which helps upstream; "none" = no knobs), PYMTP_ENV (the pymtp
 # server's environment, e.g. a ggml-cuda knob under test), TAG (a suffix for the result files).
 set -uo pipefail
@@ -39,7 +39,7 @@ if [ ! -f $m ]; then
 fi
 [ -f /tmp/counts27b.npz ] || python3 -c "import numpy as np; c = np.random.default_rng(0).zipf(1.3, 248320); \
 np.savez('/tmp/counts27b.npz', train=c.astype(np.int64), val=c.astype(np.int64))"
-upstream_env=${UPSTREAM_ENV:-GGML_CUDA_GRAPH_KEY_BY_NODE=1 GGML_CUDA_GRAPH_REWARM=1 GGML_CUDA_MMVQ_MAX_COLS=8}
+upstream_env=${UPSTREAM_ENV:-GGML_CUDA_GRAPH_KEY_BY_NODE=1 GGML_CUDA_GRAPH_REWARM=1 GGML_CUDA_MMVQ_MMA=0}
 [ "$upstream_env" = none ] && upstream_env=
 say "upstream servers' environment: ${upstream_env:-(none)}; pymtp server's: ${PYMTP_ENV:-(none)}"
 for n in ${TRIMS:-8192}; do

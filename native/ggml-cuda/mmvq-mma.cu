@@ -177,12 +177,17 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
     }
 }
 
-static bool mmvq_mma_enabled() {
-    static const bool on = [] {
+// GGML_CUDA_MMVQ_MMA: unset = on where measured (Hopper: H100/H200), 1 = on for every NVIDIA GPU from
+// Ampere on, 0 = off (upstream's MMVQ for every product)
+static bool mmvq_mma_enabled(const int cc) {
+    static const int env = [] {
         const char * s = getenv("GGML_CUDA_MMVQ_MMA");
-        return s == nullptr || atoi(s) != 0;
+        return s == nullptr ? -1 : atoi(s) != 0;
     }();
-    return on;
+    if (!ampere_mma_available(cc) || env == 0) {
+        return false;
+    }
+    return env == 1 || (cc >= GGML_CUDA_CC_HOPPER && cc < GGML_CUDA_CC_HOPPER + 100);
 }
 
 bool pymtp_mmvq_mma(ggml_type type, const void * vx, const void * vy, float * dst, int64_t ncols_x, int64_t nrows_x,
@@ -191,7 +196,7 @@ bool pymtp_mmvq_mma(ggml_type type, const void * vx, const void * vy, float * ds
     if (type != GGML_TYPE_Q4_K && type != GGML_TYPE_Q5_K) {
         return false;
     }
-    if (ncols_dst < 2 || ncols_dst > 8 || ncols_x % QK_K != 0 || !ampere_mma_available(cc) || !mmvq_mma_enabled()) {
+    if (ncols_dst < 2 || ncols_dst > 8 || ncols_x % QK_K != 0 || !mmvq_mma_enabled(cc)) {
         return false;
     }
     // each super-block's 16-byte header is read as one int4
