@@ -137,6 +137,9 @@ def main() -> int:
     ap.add_argument("--synthetic-rates", default=None, help="per-position acceptance rates for both servers")
     ap.add_argument("--upstream-bin", default=None,
                     help="a prebuilt pristine llama-server to use instead of building one")
+    ap.add_argument("--parallel", type=int, default=1, metavar="N",
+                    help="N slots per server (-np N, N x --ctx) and N clients at once; tok/s is then the aggregate: "
+                         "all tokens over the wall time of all prompts, two rounds per server, servers in turn")
     ap.add_argument("--serial", action="store_true",
                     help="one server at a time (for models that do not fit three times in memory)")
     ap.add_argument("--log-dir", default=None, help="where the servers' logs go (default: a new temp dir)")
@@ -169,7 +172,10 @@ def main() -> int:
             sys.exit(f"--upstream-bin {upstream}: no such file")
     else:
         upstream = build_upstream("cuda" if args.cuda else "cpu", args.jobs)
-    common = ["-m", str(model), "-c", str(args.ctx), "-np", "1", "--no-webui", "--host", "127.0.0.1"]
+    if args.parallel < 1:
+        sys.exit("--parallel: at least 1")
+    common = ["-m", str(model), "-c", str(args.ctx * args.parallel), "-np", str(args.parallel), "--no-webui",
+              "--host", "127.0.0.1"]
     if args.ngl:
         common += ["-ngl", str(args.ngl)]
     if args.threads:
@@ -202,6 +208,7 @@ def main() -> int:
     else:
         log_dir = Path(tempfile.mkdtemp(prefix="pymtp-vs-upstream-"))
     runs = {name: [] for name in configs}
+    walls = {name: [] for name in configs}   # --parallel: wall seconds of each round of all prompts
 
     def run_prompt(name: str, s: Server, i: int, p: str) -> None:
         r = s.complete(p, args.n, args.temp, i, {})
@@ -210,7 +217,36 @@ def main() -> int:
                            "prompt_n": t.get("prompt_n", 0), "prompt_ms": t.get("prompt_ms", 0.0),
                            "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0)})
 
-    if args.serial:
+    def run_round(name: str, s: Server) -> None:
+        """All prompts through args.parallel clients at once (--parallel)."""
+        import concurrent.futures as cf
+
+        t0 = time.perf_counter()
+        with cf.ThreadPoolExecutor(args.parallel) as ex:
+            res = list(ex.map(lambda ip: s.complete(ip[1], args.n, args.temp, ip[0], {}), enumerate(prompts)))
+        walls[name].append(time.perf_counter() - t0)
+        for r in res:
+            t = r["timings"]
+            runs[name].append({"tokens": t["predicted_n"], "ms": t["predicted_ms"], "text": r["content"],
+                               "prompt_n": t.get("prompt_n", 0), "prompt_ms": t.get("prompt_ms", 0.0),
+                               "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0)})
+
+    if args.parallel > 1:
+        servers = {}
+        try:
+            for name, argv in configs.items():
+                servers[name] = Server(name.split()[0], argv, log_dir, envs[name])
+            for s in servers.values():  # warm-up
+                s.complete(prompts[0], 8, 0.0, 0, {})
+            order = list(servers.items())
+            for rnd in range(2):
+                for name, s in order[rnd % len(order):] + order[: rnd % len(order)]:
+                    run_round(name, s)
+                    print(f"  round {rnd + 1}, {name}: {walls[name][-1]:.1f} s", file=sys.stderr)
+        finally:
+            for s in servers.values():
+                s.stop()
+    elif args.serial:
         for name, argv in configs.items():
             s = Server(name.split()[0], argv, log_dir, envs[name])
             try:
@@ -241,6 +277,8 @@ def main() -> int:
                 s.stop()
 
     def tps(name):
+        if args.parallel > 1:   # aggregate: every token over the wall time of the rounds
+            return sum(x["tokens"] for x in runs[name]) / sum(walls[name])
         return sum(x["tokens"] for x in runs[name]) / (sum(x["ms"] for x in runs[name]) / 1e3)
 
     base = tps("plain")
@@ -273,7 +311,8 @@ def main() -> int:
     result["pymtp_vs_upstream"] = ratio
     # (plain is the upstream binary, whose CPU kernels are not batch-size invariant, so its greedy text
     # may differ from any speculative run's; pymtp's own identity with MTP off is tested in tests/)
-    same = sum(x["text"] == y["text"] for x, y in zip(runs["pymtp --mtp"], runs["upstream draft-mtp"]))
+    same = sum(x["text"] == y["text"] for x, y in zip(runs["pymtp --mtp"][: len(prompts)],
+                                                     runs["upstream draft-mtp"][: len(prompts)]))
     result["pymtp_texts_equal_to_upstream_draft_mtp"] = f"{same}/{len(prompts)}"
     print(f"\npymtp / upstream: {ratio:.2f}x   (texts equal to upstream draft-mtp's: {same}/{len(prompts)})")
     if args.out:

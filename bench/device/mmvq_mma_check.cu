@@ -1,8 +1,8 @@
 // Device check of native/ggml-cuda/mmvq-mma.cu (issue 19), without the rest of ggml-cuda:
 //   1. exactness: random Q4_K/Q5_K weights and q8_1 columns, the kernel vs a host reference written from
-//      upstream's dequantize_row_q4_K/q5_K (double sums), 2..8 columns, row counts with and without a
+//      upstream's dequantize_row_q4_K/q5_K (double sums), 2..16 columns, row counts with and without a
 //      tail; prints the worst relative error and fails above 1e-5;
-//   2. speed: the kernel on the 27B shape's largest Q4_K product (17408 x 5120) for 2..8 columns, in
+//   2. speed: the kernel on the 27B shape's largest Q4_K product (17408 x 5120) for 2..16 columns, in
 //      GB/s of weights read (the H100/H200 move ~3.3-4.8 TB/s).
 // Build and run on the device, after the pymtp CUDA build (bench/device/run_verify_kernels.sh does it):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Ivendor/llama.cpp/ggml/include -Ivendor/llama.cpp/ggml/src \
@@ -91,7 +91,7 @@ static void fill_y(std::vector<block_q8_1> & y, std::mt19937 & rng) {
 template <typename block_t> static bool check(ggml_type type, int nrows, int nsb, std::mt19937 & rng) {
     const int                  K = nsb * QK_K;
     std::vector<block_t>       x((size_t) nrows * nsb);
-    std::vector<block_q8_1>    y((size_t) 8 * K / QK8_1);
+    std::vector<block_q8_1>    y((size_t) PYMTP_MMVQ_MMA_MAX_COLS * K / QK8_1);
     fill_x(x, rng);
     fill_y(y, rng);
     void *       dx;
@@ -99,18 +99,18 @@ template <typename block_t> static bool check(ggml_type type, int nrows, int nsb
     float *      dd;
     CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(block_t)));
     CUDA_CHECK(cudaMalloc(&dy, y.size() * sizeof(block_q8_1)));
-    CUDA_CHECK(cudaMalloc(&dd, (size_t) 8 * nrows * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dd, (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float)));
     CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(block_t), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dy, y.data(), y.size() * sizeof(block_q8_1), cudaMemcpyHostToDevice));
     bool ok = true;
-    for (int ncols = 2; ncols <= 8; ++ncols) {
-        CUDA_CHECK(cudaMemset(dd, 0xff, (size_t) 8 * nrows * sizeof(float)));  // NaN: unwritten shows
+    for (int ncols = 2; ncols <= PYMTP_MMVQ_MMA_MAX_COLS; ++ncols) {
+        CUDA_CHECK(cudaMemset(dd, 0xff, (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float)));  // NaN: unwritten shows
         if (!pymtp_mmvq_mma(type, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, /*cc=*/900, 0)) {
             printf("  %s ncols %d: not taken\n", (type == GGML_TYPE_Q4_K ? "q4_K" : "q5_K"), ncols);
             ok = false;
             continue;
         }
-        std::vector<float> out((size_t) 8 * nrows);
+        std::vector<float> out((size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows);
         CUDA_CHECK(cudaMemcpy(out.data(), dd, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
         double worst = 0.0, scale = 0.0;
         for (int j = 0; j < ncols; ++j) {
@@ -137,7 +137,7 @@ static void speed(int nrows, int nsb) {
     const int                  K = nsb * QK_K;
     std::mt19937               rng(7);
     std::vector<block_q4_K>    x((size_t) nrows * nsb);
-    std::vector<block_q8_1>    y((size_t) 8 * K / QK8_1);
+    std::vector<block_q8_1>    y((size_t) PYMTP_MMVQ_MMA_MAX_COLS * K / QK8_1);
     fill_x(x, rng);
     fill_y(y, rng);
     void *  dx;
@@ -145,14 +145,14 @@ static void speed(int nrows, int nsb) {
     float * dd;
     CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(block_q4_K)));
     CUDA_CHECK(cudaMalloc(&dy, y.size() * sizeof(block_q8_1)));
-    CUDA_CHECK(cudaMalloc(&dd, (size_t) 8 * nrows * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dd, (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float)));
     CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(block_q4_K), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dy, y.data(), y.size() * sizeof(block_q8_1), cudaMemcpyHostToDevice));
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     const double bytes = (double) x.size() * sizeof(block_q4_K);
-    for (int ncols = 2; ncols <= 8; ++ncols) {
+    for (int ncols : { 2, 4, 8, 12, 16 }) {
         for (int w = 0; w < 5; ++w) {
             pymtp_mmvq_mma(GGML_TYPE_Q4_K, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, 900, 0);
         }

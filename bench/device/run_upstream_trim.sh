@@ -13,7 +13,8 @@
 # UPSTREAM_ENV (the upstream servers' environment: by default the knobs that switch pymtp's ggml-cuda
 # patches 0011, 0018 and 0022 back to upstream's behaviour, since they share pymtp's ggml libraries;
 # patch 0016 has no knob and stays, which helps upstream; "none" = no knobs), PYMTP_ENV (the pymtp
-# server's environment, e.g. a ggml-cuda knob under test), TAG (a suffix for the result files).
+# server's environment, e.g. a ggml-cuda knob under test), TAG (a suffix for the result files),
+# PARALLEL (1: slots per server and concurrent clients; the aggregate tok/s), REQUESTS (8).
 set -uo pipefail
 OUT=${OUT:-/tmp/pymtp-out}
 mkdir -p "$OUT"
@@ -46,11 +47,12 @@ for n in ${TRIMS:-8192}; do
     if [ "$n" != none ] && [ ! -f /tmp/q27-$n.mtp.gguf ]; then
         (cd /tmp && pymtp trim $m -n $n -o /tmp/q27-$n.mtp.gguf --counts /tmp/counts27b.npz 2>&1 | tail -n 1)
     fi
-    say "upstream vs pymtp, 27B shape, draft vocabulary $n, k=${K:-3}"
+    say "upstream vs pymtp, 27B shape, draft vocabulary $n, k=${K:-3}, ${PARALLEL:-1} slot(s)"
     python3 bench/upstream_vs_pymtp.py $m --upstream-bin $P/bin/llama-server --ngl 99 \
-        --synthetic-rates "${RATES:-0.917,0.837,0.648}" --n-draft "${K:-3}" --requests 8 -n 128 --ctx 2048 \
+        --synthetic-rates "${RATES:-0.917,0.837,0.648}" --n-draft "${K:-3}" --requests "${REQUESTS:-8}" -n 128 \
+        --ctx 2048 --parallel "${PARALLEL:-1}" \
         --pymtp-extra="$([ "$n" = none ] || echo --mtp-head /tmp/q27-$n.mtp.gguf)" \
         --upstream-env "$upstream_env" --pymtp-env "${PYMTP_ENV:-}" \
-        --log-dir "$OUT/logs-$n" --out "$OUT/uvp-27b-trim$n-k${K:-3}${TAG:-}.json" 2>&1 | grep -A 7 '^config'
+        --log-dir "$OUT/logs-$n" --out "$OUT/uvp-27b-trim$n-k${K:-3}-np${PARALLEL:-1}${TAG:-}.json" 2>&1 | grep -A 7 '^config'
 done
 say done

@@ -9,7 +9,8 @@
 #   3. pymtp bench with the 27B shape's own MTP block trimmed to 8192 tokens (pymtp trim), MTP off vs
 #      k=3 and k=6 at the field's six synthetic rates, once per BENCH_SIDES side: D, V(k+1), bound.
 # Knobs: SIDES ("default GGML_CUDA_MMVQ_MMA=0"), BENCH_SIDES (the first
-# two of SIDES), SIZES (1,2,3,4,5,6,8), LIMIT (8), NPRED (128). Results: $OUT/vk-*.txt, vk-*.json.
+# two of SIDES), BENCH_DRAFTS (3,6: the --n-drafts of pymtp bench), SIZES (1,2,3,4,5,6,8), LIMIT (8), NPRED (128).
+# Results: $OUT/vk-*.txt, vk-*.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/pymtp-out}
 mkdir -p "$OUT"
@@ -56,7 +57,7 @@ for side in $BENCH_SIDES; do
     f=${side//=/-}
     say "pymtp bench, $side"
     run_side "$side" pymtp bench $m --mtp-head $head --prompts mtbench --limit "${LIMIT:-8}" -n "${NPRED:-128}" \
-        --n-drafts 3,6 --ngl 99 --ctx 2048 --synthetic-rates 0.917,0.837,0.648,0.538,0.451,0.348 \
+        --n-drafts "${BENCH_DRAFTS:-3,6}" --ngl 99 --ctx 2048 --synthetic-rates 0.917,0.837,0.648,0.538,0.451,0.348 \
         --json "$OUT/vk-bench-$f.json" > "$OUT/vk-bench-$f.txt" 2>&1
     grep -E "^(off|mtp|config)" "$OUT/vk-bench-$f.txt" | head -n 8
 done

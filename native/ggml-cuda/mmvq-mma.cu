@@ -60,7 +60,7 @@ static __device__ __forceinline__ int kquant_m(const int4 h, const int s) {
 // The mma's k order within a 32-value sub-block is a permutation shared by A and B: thread t holds
 // values 8t..8t+7 (k = 4t..4t+3 -> values 8t..8t+3, k = 16+4t..16+4t+3 -> values 8t+4..8t+7), so a
 // thread reads 8 contiguous bytes of a row's quants and of a q8_1 block. A dot product does not care.
-template <ggml_type type>
+template <ggml_type type, int NT>  // NT: n-tiles of 8 columns (1: up to 8 columns, 2: up to 16)
 __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
     void mmvq_mma_kernel(const void * __restrict__ vx, const block_q8_1 * __restrict__ y, float * __restrict__ dst,
                          const int nrows, const int ncols_dst, const int n_superblocks, const int64_t stride_row_x,
@@ -74,17 +74,22 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
 
     const int row0 = blockIdx.x * MMA_ROWS + g;
     const int row1 = row0 + 8;
-    const int col0 = 2 * t;
-    const int col1 = 2 * t + 1;
 
     // rows and columns past the end read row/column 0 (valid memory); their results are not written
-    const block_t *    x0  = (const block_t *) vx + (row0 < nrows ? row0 : 0) * stride_row_x;
-    const block_t *    x1  = (const block_t *) vx + (row1 < nrows ? row1 : 0) * stride_row_x;
-    const block_q8_1 * yb  = y + (g < ncols_dst ? g : 0) * stride_col_y;        // B: column g
-    const block_q8_1 * yc0 = y + (col0 < ncols_dst ? col0 : 0) * stride_col_y;  // C: columns 2t, 2t+1
-    const block_q8_1 * yc1 = y + (col1 < ncols_dst ? col1 : 0) * stride_col_y;
+    const block_t *    x0 = (const block_t *) vx + (row0 < nrows ? row0 : 0) * stride_row_x;
+    const block_t *    x1 = (const block_t *) vx + (row1 < nrows ? row1 : 0) * stride_row_x;
+    const block_q8_1 * yb[NT];   // B of n-tile n: column 8n + g
+    const block_q8_1 * yc0[NT];  // C of n-tile n: columns 8n + 2t and 8n + 2t + 1
+    const block_q8_1 * yc1[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        const int cb = 8 * n + g, c0 = 8 * n + 2 * t, c1 = c0 + 1;
+        yb[n]  = y + (cb < ncols_dst ? cb : 0) * stride_col_y;
+        yc0[n] = y + (c0 < ncols_dst ? c0 : 0) * stride_col_y;
+        yc1[n] = y + (c1 < ncols_dst ? c1 : 0) * stride_col_y;
+    }
 
-    float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    float acc[NT][4] = {};
 
     for (int sb = warp; sb < n_superblocks; sb += MMA_WARPS) {
         // every load of the super-block first, so that they are in flight together
@@ -101,14 +106,17 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
             qh0 = *(const int2 *) (((const block_q5_K *) x0)[sb].qh + 8 * t);
             qh1 = *(const int2 *) (((const block_q5_K *) x1)[sb].qh + 8 * t);
         }
-        int   b[8][2];
-        half2 ds0[8], ds1[8];
+        int   b[NT][8][2];
+        half2 ds0[NT][8], ds1[NT][8];
 #pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            b[s][0] = load_int(yb[8 * sb + s].qs, 2 * t);
-            b[s][1] = load_int(yb[8 * sb + s].qs, 2 * t + 1);
-            ds0[s]  = yc0[8 * sb + s].ds;
-            ds1[s]  = yc1[8 * sb + s].ds;
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+            for (int s = 0; s < 8; ++s) {
+                b[n][s][0] = load_int(yb[n][8 * sb + s].qs, 2 * t);
+                b[n][s][1] = load_int(yb[n][8 * sb + s].qs, 2 * t + 1);
+                ds0[n][s]  = yc0[n][8 * sb + s].ds;
+                ds1[n][s]  = yc1[n][8 * sb + s].ds;
+            }
         }
 
         const float2 dm0 = __half22float2(*(const half2 *) &h0.x);
@@ -129,51 +137,52 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
                 a[2] |= ((qh0.y >> s) << 4) & 0x10101010;
                 a[3] |= ((qh1.y >> s) << 4) & 0x10101010;
             }
-            int C[4] = { 0, 0, 0, 0 };
-            mma_s8_m16n8k32(C, a, b[s]);
+            const float dsc0 = dm0.x * (float) kquant_sc(h0, s);
+            const float dmm0 = dm0.y * (float) kquant_m(h0, s);
+            const float dsc1 = dm1.x * (float) kquant_sc(h1, s);
+            const float dmm1 = dm1.y * (float) kquant_m(h1, s);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                int C[4] = { 0, 0, 0, 0 };
+                mma_s8_m16n8k32(C, a, b[n][s]);
 
-            const float2 y0   = __half22float2(ds0[s]);
-            const float2 y1   = __half22float2(ds1[s]);
-            const float  dsc0 = dm0.x * (float) kquant_sc(h0, s);
-            const float  dmm0 = dm0.y * (float) kquant_m(h0, s);
-            const float  dsc1 = dm1.x * (float) kquant_sc(h1, s);
-            const float  dmm1 = dm1.y * (float) kquant_m(h1, s);
-            acc[0] += dsc0 * y0.x * (float) C[0] - dmm0 * y0.y;
-            acc[1] += dsc0 * y1.x * (float) C[1] - dmm0 * y1.y;
-            acc[2] += dsc1 * y0.x * (float) C[2] - dmm1 * y0.y;
-            acc[3] += dsc1 * y1.x * (float) C[3] - dmm1 * y1.y;
+                const float2 y0 = __half22float2(ds0[n][s]);
+                const float2 y1 = __half22float2(ds1[n][s]);
+                acc[n][0] += dsc0 * y0.x * (float) C[0] - dmm0 * y0.y;
+                acc[n][1] += dsc0 * y1.x * (float) C[1] - dmm0 * y1.y;
+                acc[n][2] += dsc1 * y0.x * (float) C[2] - dmm1 * y0.y;
+                acc[n][3] += dsc1 * y1.x * (float) C[3] - dmm1 * y1.y;
+            }
         }
     }
 
-    __shared__ float partial[MMA_WARPS][4][WARP_SIZE];
+    __shared__ float partial[MMA_WARPS][NT][4][WARP_SIZE];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        partial[warp][i][lane] = acc[i];
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            partial[warp][n][i][lane] = acc[n][i];
+        }
     }
     __syncthreads();
     if (warp != 0) {
         return;
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float s = 0.0f;
+    for (int n = 0; n < NT; ++n) {
 #pragma unroll
-        for (int w = 0; w < MMA_WARPS; ++w) {
-            s += partial[w][i][lane];
+        for (int i = 0; i < 4; ++i) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < MMA_WARPS; ++w) {
+                sum += partial[w][n][i][lane];
+            }
+            const int row = i < 2 ? row0 : row1;
+            const int col = 8 * n + 2 * t + i % 2;
+            if (row < nrows && col < ncols_dst) {
+                dst[col * stride_col_dst + row] = sum;
+            }
         }
-        acc[i] = s;
-    }
-    if (row0 < nrows && col0 < ncols_dst) {
-        dst[col0 * stride_col_dst + row0] = acc[0];
-    }
-    if (row0 < nrows && col1 < ncols_dst) {
-        dst[col1 * stride_col_dst + row0] = acc[1];
-    }
-    if (row1 < nrows && col0 < ncols_dst) {
-        dst[col0 * stride_col_dst + row1] = acc[2];
-    }
-    if (row1 < nrows && col1 < ncols_dst) {
-        dst[col1 * stride_col_dst + row1] = acc[3];
     }
 }
 
@@ -190,31 +199,44 @@ static bool mmvq_mma_enabled(const int cc) {
     return env == 1 || (cc >= GGML_CUDA_CC_HOPPER && cc < GGML_CUDA_CC_HOPPER + 100);
 }
 
-bool pymtp_mmvq_mma(ggml_type type, const void * vx, const void * vy, float * dst, int64_t ncols_x, int64_t nrows_x,
-                    int64_t ncols_dst, int64_t stride_row_x, int64_t stride_col_y, int64_t stride_col_dst, int cc,
-                    cudaStream_t stream) {
-    if (type != GGML_TYPE_Q4_K && type != GGML_TYPE_Q5_K) {
-        return false;
-    }
-    if (ncols_dst < 2 || ncols_dst > 8 || ncols_x % QK_K != 0 || !mmvq_mma_enabled(cc)) {
+bool pymtp_mmvq_mma_takes(ggml_type type, const void * vx, int64_t ncols_x, int64_t stride_row_x, int64_t ncols_dst,
+                          int cc) {
+    if ((type != GGML_TYPE_Q4_K && type != GGML_TYPE_Q5_K) || ncols_dst < 2 || ncols_dst > PYMTP_MMVQ_MMA_MAX_COLS ||
+        ncols_x % QK_K != 0 || !mmvq_mma_enabled(cc)) {
         return false;
     }
     // each super-block's 16-byte header is read as one int4
     const size_t block_size = type == GGML_TYPE_Q4_K ? sizeof(block_q4_K) : sizeof(block_q5_K);
-    if ((uintptr_t) vx % 16 != 0 || (stride_row_x * block_size) % 16 != 0) {
+    return (uintptr_t) vx % 16 == 0 && (stride_row_x * block_size) % 16 == 0;
+}
+
+bool pymtp_mmvq_mma(ggml_type type, const void * vx, const void * vy, float * dst, int64_t ncols_x, int64_t nrows_x,
+                    int64_t ncols_dst, int64_t stride_row_x, int64_t stride_col_y, int64_t stride_col_dst, int cc,
+                    cudaStream_t stream) {
+    if (!pymtp_mmvq_mma_takes(type, vx, ncols_x, stride_row_x, ncols_dst, cc)) {
         return false;
     }
     const dim3 blocks((unsigned) ((nrows_x + MMA_ROWS - 1) / MMA_ROWS), 1, 1);
     const dim3 threads(WARP_SIZE, MMA_WARPS, 1);
     const int  n_superblocks = (int) (ncols_x / QK_K);
     const auto * y = (const block_q8_1 *) vy;
+#define PYMTP_MMA_LAUNCH(T, NT)                                                                            \
+    mmvq_mma_kernel<T, NT><<<blocks, threads, 0, stream>>>(vx, y, dst, (int) nrows_x, (int) ncols_dst, n_superblocks, \
+                                                           stride_row_x, stride_col_y, stride_col_dst)
     if (type == GGML_TYPE_Q4_K) {
-        mmvq_mma_kernel<GGML_TYPE_Q4_K><<<blocks, threads, 0, stream>>>(
-            vx, y, dst, (int) nrows_x, (int) ncols_dst, n_superblocks, stride_row_x, stride_col_y, stride_col_dst);
+        if (ncols_dst <= 8) {
+            PYMTP_MMA_LAUNCH(GGML_TYPE_Q4_K, 1);
+        } else {
+            PYMTP_MMA_LAUNCH(GGML_TYPE_Q4_K, 2);
+        }
     } else {
-        mmvq_mma_kernel<GGML_TYPE_Q5_K><<<blocks, threads, 0, stream>>>(
-            vx, y, dst, (int) nrows_x, (int) ncols_dst, n_superblocks, stride_row_x, stride_col_y, stride_col_dst);
+        if (ncols_dst <= 8) {
+            PYMTP_MMA_LAUNCH(GGML_TYPE_Q5_K, 1);
+        } else {
+            PYMTP_MMA_LAUNCH(GGML_TYPE_Q5_K, 2);
+        }
     }
+#undef PYMTP_MMA_LAUNCH
     CUDA_CHECK(cudaGetLastError());
     return true;
 }
