@@ -1,33 +1,36 @@
-// pymtp: the quantized mat-vec of a speculative verify batch (2-8 columns) on int8 tensor cores.
+// pymtp: the quantized mat-vec of a speculative verify batch (2-16 columns) on int8 tensor cores.
 //
 // Why: upstream's MMVQ computes every (row, column) pair with dp4a, so a 4-column product executes
 // about twice the instructions per weight byte of a 1-column one and stops being bound by memory: on
-// the 27B shape a 4-token decode cost 1.48 plain steps on an H200 (docs/benchmarks.md, issue 19).
-// Here one mma.sync.m16n8k32 takes 16 rows x 32 values x 8 columns at once; the instructions per
-// weight byte drop below MMVQ's for one column, whatever the column count up to 8.
+// the 27B shape a 4-token decode cost 1.48 plain steps on an H200, 1.21 with this kernel
+// (docs/benchmarks.md, "The verify batch on tensor cores"). Here one mma.sync.m16n8k32 takes 16 rows
+// x 32 values x 8 columns at once (two of them for 9-16 columns).
 //
-// Layout: a CUDA block of MMA_WARPS warps owns 16 rows; a "unit" is one 32-byte chunk of a K-quant
-// super-block (two 32-value sub-blocks, each one q8_1 block of y), and the warps share a row group's
-// units round-robin, each accumulating its own partial sums, which shared memory adds up at the end.
-// Per unit and thread (g = lane / 4, t = lane % 4, the mma fragment coordinates):
-//   A (weights, rows g and g + 8): bytes 4t..4t+3 and 16+4t..16+4t+3 of the chunk; low nibbles are
-//     sub-block 2c, high nibbles sub-block 2c+1 (Q5_K: plus the high bit from qh);
-//   B (y, column g): the same bytes of the sub-block's q8_1 block;
-//   C (int32, rows g and g + 8, columns 2t and 2t+1), scaled per sub-block as MMVQ does:
+// Layout: a CUDA block of MMA_WARPS warps owns 16 rows; the warps take its super-blocks (256 values
+// of each row) round-robin, each accumulating its own partial sums, which shared memory adds up at
+// the end. A warp issues every load of a super-block first (the rows' 16-byte headers d/dmin/scales
+// as one int4 each, the quants as 8-byte loads, y's quants and ds), then runs one mma per 32-value
+// sub-block (= one q8_1 block of y) and n-tile. Per thread (g = lane / 4, t = lane % 4, the mma
+// fragment coordinates):
+//   A (weights, rows g and g + 8): bytes 8t..8t+7 of the sub-block's 32-byte chunk; low nibbles are
+//     sub-block 2c, high nibbles sub-block 2c+1 (Q5_K: plus the fifth bit from qh);
+//   B (y, column 8n + g): bytes 8t..8t+7 of the sub-block's q8_1 block, the same values;
+//   C (int32, rows g and g + 8, columns 8n + 2t and 8n + 2t + 1), scaled per sub-block as MMVQ does:
 //     d * sc * d8 * C - dmin * m * sum8 (sum8: the q8_1 block's float sum, patch 0016's form).
 // Rounding differs from MMVQ's (the int32 sums are the same; the float sums are grouped differently),
-// as MMVQ's own 1-column and 5-8-column kernels differ from each other.
+// as MMVQ's own 1-column and 5-8-column kernels differ from each other. Device check against a host
+// reference: bench/device/mmvq_mma_check.cu.
 
 #include "mmvq-mma.cuh"
 
 #include <cstdlib>
 #include <type_traits>
 
-static constexpr int MMA_WARPS = 4;   // warps per CUDA block (16 rows); they share its super-blocks
-static constexpr int MMA_ROWS  = 16;  // rows per CUDA block: the mma's M
+static constexpr int MMA_WARPS = 4;  // warps per CUDA block (16 rows); they share its super-blocks
+static constexpr int MMA_ROWS  = 16; // rows per CUDA block: the mma's M
 
 static __device__ __forceinline__ int load_int(const void * p, const int i32) {
-    return ((const int *) p)[i32];  // K-quant and q8_1 blocks keep their quants 4-byte aligned
+    return ((const int *) p)[i32]; // K-quant and q8_1 blocks keep their quants 4-byte aligned
 }
 
 // c += a * b: 16x32 (s8, row-major) times 32x8 (s8, column-major), int32 accumulators
@@ -60,7 +63,7 @@ static __device__ __forceinline__ int kquant_m(const int4 h, const int s) {
 // The mma's k order within a 32-value sub-block is a permutation shared by A and B: thread t holds
 // values 8t..8t+7 (k = 4t..4t+3 -> values 8t..8t+3, k = 16+4t..16+4t+3 -> values 8t+4..8t+7), so a
 // thread reads 8 contiguous bytes of a row's quants and of a q8_1 block. A dot product does not care.
-template <ggml_type type, int NT>  // NT: n-tiles of 8 columns (1: up to 8 columns, 2: up to 16)
+template <ggml_type type, int NT> // NT: n-tiles of 8 columns (1: up to 8 columns, 2: up to 16)
 __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
     void mmvq_mma_kernel(const void * __restrict__ vx, const block_q8_1 * __restrict__ y, float * __restrict__ dst,
                          const int nrows, const int ncols_dst, const int n_superblocks, const int64_t stride_row_x,
@@ -78,8 +81,8 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
     // rows and columns past the end read row/column 0 (valid memory); their results are not written
     const block_t *    x0 = (const block_t *) vx + (row0 < nrows ? row0 : 0) * stride_row_x;
     const block_t *    x1 = (const block_t *) vx + (row1 < nrows ? row1 : 0) * stride_row_x;
-    const block_q8_1 * yb[NT];   // B of n-tile n: column 8n + g
-    const block_q8_1 * yc0[NT];  // C of n-tile n: columns 8n + 2t and 8n + 2t + 1
+    const block_q8_1 * yb[NT];  // B of n-tile n: column 8n + g
+    const block_q8_1 * yc0[NT]; // C of n-tile n: columns 8n + 2t and 8n + 2t + 1
     const block_q8_1 * yc1[NT];
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
@@ -93,7 +96,7 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
 
     for (int sb = warp; sb < n_superblocks; sb += MMA_WARPS) {
         // every load of the super-block first, so that they are in flight together
-        const int4 h0 = *(const int4 *) (x0 + sb);  // dm, scales
+        const int4 h0 = *(const int4 *) (x0 + sb); // dm, scales
         const int4 h1 = *(const int4 *) (x1 + sb);
         int2       q0[4], q1[4];
 #pragma unroll
@@ -124,14 +127,14 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             const int c     = s / 2;
-            const int shift = 4 * (s % 2);  // low nibbles: sub-block 2c, high nibbles: 2c+1
+            const int shift = 4 * (s % 2); // low nibbles: sub-block 2c, high nibbles: 2c+1
             int       a[4]  = {
-                (q0[c].x >> shift) & 0x0F0F0F0F,  // row g,   values 8t..8t+3
-                (q1[c].x >> shift) & 0x0F0F0F0F,  // row g+8, values 8t..8t+3
-                (q0[c].y >> shift) & 0x0F0F0F0F,  // row g,   values 8t+4..8t+7
-                (q1[c].y >> shift) & 0x0F0F0F0F,  // row g+8, values 8t+4..8t+7
+                      (q0[c].x >> shift) & 0x0F0F0F0F, // row g,   values 8t..8t+3
+                      (q1[c].x >> shift) & 0x0F0F0F0F, // row g+8, values 8t..8t+3
+                      (q0[c].y >> shift) & 0x0F0F0F0F, // row g,   values 8t+4..8t+7
+                      (q1[c].y >> shift) & 0x0F0F0F0F, // row g+8, values 8t+4..8t+7
             };
-            if constexpr (type == GGML_TYPE_Q5_K) {  // qh byte l: bit s is the fifth bit of value l
+            if constexpr (type == GGML_TYPE_Q5_K) { // qh byte l: bit s is the fifth bit of value l
                 a[0] |= ((qh0.x >> s) << 4) & 0x10101010;
                 a[1] |= ((qh1.x >> s) << 4) & 0x10101010;
                 a[2] |= ((qh0.y >> s) << 4) & 0x10101010;
@@ -216,12 +219,12 @@ bool pymtp_mmvq_mma(ggml_type type, const void * vx, const void * vy, float * ds
     if (!pymtp_mmvq_mma_takes(type, vx, ncols_x, stride_row_x, ncols_dst, cc)) {
         return false;
     }
-    const dim3 blocks((unsigned) ((nrows_x + MMA_ROWS - 1) / MMA_ROWS), 1, 1);
-    const dim3 threads(WARP_SIZE, MMA_WARPS, 1);
-    const int  n_superblocks = (int) (ncols_x / QK_K);
-    const auto * y = (const block_q8_1 *) vy;
-#define PYMTP_MMA_LAUNCH(T, NT)                                                                            \
-    mmvq_mma_kernel<T, NT><<<blocks, threads, 0, stream>>>(vx, y, dst, (int) nrows_x, (int) ncols_dst, n_superblocks, \
+    const dim3   blocks((unsigned) ((nrows_x + MMA_ROWS - 1) / MMA_ROWS), 1, 1);
+    const dim3   threads(WARP_SIZE, MMA_WARPS, 1);
+    const int    n_superblocks = (int) (ncols_x / QK_K);
+    const auto * y             = (const block_q8_1 *) vy;
+#define PYMTP_MMA_LAUNCH(T, NT)                                                                                        \
+    mmvq_mma_kernel<T, NT><<<blocks, threads, 0, stream>>>(vx, y, dst, (int) nrows_x, (int) ncols_dst, n_superblocks,  \
                                                            stride_row_x, stride_col_y, stride_col_dst)
     if (type == GGML_TYPE_Q4_K) {
         if (ncols_dst <= 8) {
