@@ -3,9 +3,9 @@
 #  - pymtp with CUDA (patched llama.cpp, sm_90), installed into the box's Python (pip, all cores);
 #  - a pristine upstream llama-server (the pinned llama.cpp without patches) in build/upstream-cuda/.
 # PRISTINE_GGML=pymtp (default, cheap): pristine llama.cpp (libllama, common, server) is built without
-#   a GPU backend and run on the pymtp build's ggml libraries (symlinked into its bin/). The ggml
-#   sources are upstream's except two ggml-cpu files (patch 0009, CPU matmul/attention rounding, not
-#   on the -ngl 99 path); ggml-cuda is untouched, so this saves a second ~5-minute ggml-cuda compile.
+#   a GPU backend and run on the pymtp build's ggml libraries (symlinked into its bin/), which saves a
+#   second ~5-minute ggml-cuda compile. Those carry pymtp's ggml-cuda patches: give the upstream
+#   servers the knobs that switch them back (bench/device/run_upstream_trim.sh, UPSTREAM_ENV).
 # PRISTINE_GGML=own: a fully separate pristine build with its own ggml-cuda (static, like
 #   bench/upstream_vs_pymtp.py builds it), started after pymtp's build; ccache, when the box has it,
 #   is used by ggml's CMake automatically.

@@ -7,7 +7,8 @@
 #   call 2  carry [.dev/call1]   bash bench/device/run_upstream_trim.sh
 # .dev/call1 as bench/device/prepare.sh makes it (vendor.tar.xz, pristine.tar.xz, gguf wheel,
 # ggml-vocab-qwen35.gguf, MT-Bench questions). The pristine llama-server is built here without a GPU
-# backend and runs on pymtp's ggml libraries (same kernels; ~1 min at -j16). The model, the token
+# backend and runs on pymtp's ggml libraries (~1 min at -j16; UPSTREAM_ENV below switches their
+# ggml-cuda patches back for it). The model, the token
 # counts (random: any subset costs the same) and each trimmed file are made on the box.
 # Knobs: TRIMS ("8192"; "none" = pymtp without a draft vocabulary), K (3), RATES (0.917,0.837,0.648),
 # UPSTREAM_ENV (the upstream servers' environment: by default the knobs that switch pymtp's ggml-cuda
