@@ -1,20 +1,29 @@
-// Device check of native/ggml-cuda/mmvq-mma.cu (issue 19), without the rest of ggml-cuda:
-//   1. exactness: random Q4_K/Q5_K weights and q8_1 columns, the kernel vs a host reference written from
-//      upstream's dequantize_row_q4_K/q5_K (double sums), 2..16 columns, row counts with and without a
-//      tail; prints the worst relative error and fails above 1e-5;
-//   2. speed: the kernel on the 27B shape's largest Q4_K product (17408 x 5120) for 2..16 columns, in
+// Device check of native/ggml-cuda/mmvq-mma.cu (issue 19), without the rest of
+// ggml-cuda:
+//   1. exactness: random Q4_K/Q5_K/Q6_K weights and q8_1 columns, the kernel vs
+//   a host reference written from
+//      upstream's dequantize_row_q4_K/q5_K/q6_K (double sums), 2..16 columns,
+//      row counts with and without a tail; prints the worst relative error and
+//      fails above 1e-5;
+//   2. speed: the kernel on the 27B shape's largest Q4_K product (17408 x 5120)
+//   for 2..16 columns, in
 //      GB/s of weights read (the H100/H200 move ~3.3-4.8 TB/s).
-// Build and run on the device, after the pymtp CUDA build (bench/device/run_verify_kernels.sh does it):
-//   nvcc -O3 -std=c++17 -arch=sm_90 -Ivendor/llama.cpp/ggml/include -Ivendor/llama.cpp/ggml/src \
-//        -Inative/ggml-cuda bench/device/mmvq_mma_check.cu -o /tmp/mmvq_mma_check && /tmp/mmvq_mma_check
+// Build and run on the device, after the pymtp CUDA build
+// (bench/device/run_verify_kernels.sh does it):
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Ivendor/llama.cpp/ggml/include
+//   -Ivendor/llama.cpp/ggml/src \
+//        -Inative/ggml-cuda bench/device/mmvq_mma_check.cu -o
+//        /tmp/mmvq_mma_check && /tmp/mmvq_mma_check
 #include "../../native/ggml-cuda/mmvq-mma.cu"
 
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <type_traits>
 #include <vector>
 
-// what ggml-cuda.cu and ggml-base would provide: CUDA_CHECK's error path and GGML_ABORT
+// what ggml-cuda.cu and ggml-base would provide: CUDA_CHECK's error path and
+// GGML_ABORT
 [[noreturn]] void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
     fprintf(stderr, "CUDA error %s at %s:%d (%s): %s\n", stmt, file, line, func, msg);
     exit(1);
@@ -35,7 +44,8 @@ static void scale_min_k4(int j, const uint8_t * q, int & sc, int & m) {
     }
 }
 
-template <typename block_t> static double ref_dot(const block_t * row, const block_q8_1 * col, int nsb, bool q5) {
+template <typename block_t>
+static double ref_dot(const block_t * row, const block_q8_1 * col, int nsb, bool q5) {
     double acc = 0.0;
     for (int sb = 0; sb < nsb; ++sb) {
         const block_t & b    = row[sb];
@@ -62,7 +72,38 @@ template <typename block_t> static double ref_dot(const block_t * row, const blo
     return acc;
 }
 
-template <typename block_t> static void fill_x(std::vector<block_t> & x, std::mt19937 & rng) {
+// upstream's dequantize_row_q6_K, one row of super-blocks, dotted with q8_1
+// columns (double sums)
+static double ref_dot_q6_K(const block_q6_K * row, const block_q8_1 * col, int nsb) {
+    double acc = 0.0;
+    for (int sb = 0; sb < nsb; ++sb) {
+        const block_q6_K & b = row[sb];
+        const float        d = __half2float(b.d);
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t * ql = b.ql + 64 * h;
+            const uint8_t * qh = b.qh + 32 * h;
+            const int8_t *  sc = b.scales + 8 * h;
+            for (int l = 0; l < 32; ++l) {
+                const int is   = l / 16;
+                const int q[4] = {
+                    (int8_t) ((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32,
+                    (int8_t) ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32,
+                    (int8_t) ((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32,
+                    (int8_t) ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32,
+                };
+                for (int j = 0; j < 4; ++j) {
+                    const block_q8_1 & y  = col[8 * sb + 4 * h + j];
+                    const float        d8 = __half2float(__low2half(y.ds));
+                    acc += (double) d * sc[is + 2 * j] * q[j] * d8 * y.qs[l];
+                }
+            }
+        }
+    }
+    return acc;
+}
+
+template <typename block_t>
+static void fill_x(std::vector<block_t> & x, std::mt19937 & rng) {
     std::uniform_int_distribution<int>    byte(0, 255);
     std::uniform_real_distribution<float> dd(0.001f, 0.01f);
     for (auto & b : x) {
@@ -70,7 +111,11 @@ template <typename block_t> static void fill_x(std::vector<block_t> & x, std::mt
         for (size_t i = 0; i < sizeof(block_t); ++i) {
             p[i] = (uint8_t) byte(rng);
         }
-        b.dm = make_half2(__float2half(dd(rng)), __float2half(dd(rng)));
+        if constexpr (std::is_same_v<block_t, block_q6_K>) {
+            b.d = __float2half(dd(rng));
+        } else {
+            b.dm = make_half2(__float2half(dd(rng)), __float2half(dd(rng)));
+        }
     }
 }
 
@@ -88,15 +133,16 @@ static void fill_y(std::vector<block_q8_1> & y, std::mt19937 & rng) {
     }
 }
 
-template <typename block_t> static bool check(ggml_type type, int nrows, int nsb, std::mt19937 & rng) {
-    const int                  K = nsb * QK_K;
-    std::vector<block_t>       x((size_t) nrows * nsb);
-    std::vector<block_q8_1>    y((size_t) PYMTP_MMVQ_MMA_MAX_COLS * K / QK8_1);
+template <typename block_t>
+static bool check(ggml_type type, int nrows, int nsb, std::mt19937 & rng) {
+    const int               K = nsb * QK_K;
+    std::vector<block_t>    x((size_t) nrows * nsb);
+    std::vector<block_q8_1> y((size_t) PYMTP_MMVQ_MMA_MAX_COLS * K / QK8_1);
     fill_x(x, rng);
     fill_y(y, rng);
-    void *       dx;
-    void *       dy;
-    float *      dd;
+    void *  dx;
+    void *  dy;
+    float * dd;
     CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(block_t)));
     CUDA_CHECK(cudaMalloc(&dy, y.size() * sizeof(block_q8_1)));
     CUDA_CHECK(cudaMalloc(&dd, (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float)));
@@ -104,9 +150,14 @@ template <typename block_t> static bool check(ggml_type type, int nrows, int nsb
     CUDA_CHECK(cudaMemcpy(dy, y.data(), y.size() * sizeof(block_q8_1), cudaMemcpyHostToDevice));
     bool ok = true;
     for (int ncols = 2; ncols <= PYMTP_MMVQ_MMA_MAX_COLS; ++ncols) {
-        CUDA_CHECK(cudaMemset(dd, 0xff, (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float)));  // NaN: unwritten shows
+        CUDA_CHECK(cudaMemset(dd, 0xff,
+                              (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float))); // NaN: unwritten shows
         if (!pymtp_mmvq_mma(type, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, /*cc=*/900, 0)) {
-            printf("  %s ncols %d: not taken\n", (type == GGML_TYPE_Q4_K ? "q4_K" : "q5_K"), ncols);
+            printf("  %s ncols %d: not taken\n",
+                   (type == GGML_TYPE_Q4_K ? "q4_K" :
+                    type == GGML_TYPE_Q5_K ? "q5_K" :
+                                             "q6_K"),
+                   ncols);
             ok = false;
             continue;
         }
@@ -115,16 +166,23 @@ template <typename block_t> static bool check(ggml_type type, int nrows, int nsb
         double worst = 0.0, scale = 0.0;
         for (int j = 0; j < ncols; ++j) {
             for (int r = 0; r < nrows; ++r) {
-                const double ref = ref_dot(&x[(size_t) r * nsb], &y[(size_t) j * K / QK8_1], nsb,
-                                           type == GGML_TYPE_Q5_K);
+                double ref;
+                if constexpr (std::is_same_v<block_t, block_q6_K>) {
+                    ref = ref_dot_q6_K(&x[(size_t) r * nsb], &y[(size_t) j * K / QK8_1], nsb);
+                } else {
+                    ref = ref_dot(&x[(size_t) r * nsb], &y[(size_t) j * K / QK8_1], nsb, type == GGML_TYPE_Q5_K);
+                }
                 const double got = out[(size_t) j * nrows + r];
                 worst            = std::isfinite(got) ? std::max(worst, std::fabs(got - ref)) : INFINITY;
                 scale            = std::max(scale, std::fabs(ref));
             }
         }
         const double rel = worst / scale;
-        printf("  %s rows %d K %d ncols %d: max |err| / max |ref| = %.2e\n", (type == GGML_TYPE_Q4_K ? "q4_K" : "q5_K"), nrows, K, ncols,
-               rel);
+        printf("  %s rows %d K %d ncols %d: max |err| / max |ref| = %.2e\n",
+               (type == GGML_TYPE_Q4_K ? "q4_K" :
+                type == GGML_TYPE_Q5_K ? "q5_K" :
+                                         "q6_K"),
+               nrows, K, ncols, rel);
         ok = ok && rel < 1e-5;
     }
     cudaFree(dx);
@@ -133,40 +191,41 @@ template <typename block_t> static bool check(ggml_type type, int nrows, int nsb
     return ok;
 }
 
-static void speed(int nrows, int nsb) {
-    const int                  K = nsb * QK_K;
-    std::mt19937               rng(7);
-    std::vector<block_q4_K>    x((size_t) nrows * nsb);
-    std::vector<block_q8_1>    y((size_t) PYMTP_MMVQ_MMA_MAX_COLS * K / QK8_1);
+template <typename block_t>
+static void speed(ggml_type type, int nrows, int nsb) {
+    const int               K = nsb * QK_K;
+    std::mt19937            rng(7);
+    std::vector<block_t>    x((size_t) nrows * nsb);
+    std::vector<block_q8_1> y((size_t) PYMTP_MMVQ_MMA_MAX_COLS * K / QK8_1);
     fill_x(x, rng);
     fill_y(y, rng);
     void *  dx;
     void *  dy;
     float * dd;
-    CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(block_q4_K)));
+    CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(block_t)));
     CUDA_CHECK(cudaMalloc(&dy, y.size() * sizeof(block_q8_1)));
     CUDA_CHECK(cudaMalloc(&dd, (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float)));
-    CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(block_q4_K), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(block_t), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dy, y.data(), y.size() * sizeof(block_q8_1), cudaMemcpyHostToDevice));
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    const double bytes = (double) x.size() * sizeof(block_q4_K);
+    const double bytes = (double) x.size() * sizeof(block_t);
     for (int ncols : { 2, 4, 8, 12, 16 }) {
         for (int w = 0; w < 5; ++w) {
-            pymtp_mmvq_mma(GGML_TYPE_Q4_K, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, 900, 0);
+            pymtp_mmvq_mma(type, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, 900, 0);
         }
         const int reps = 50;
         cudaEventRecord(e0);
         for (int r = 0; r < reps; ++r) {
-            pymtp_mmvq_mma(GGML_TYPE_Q4_K, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, 900, 0);
+            pymtp_mmvq_mma(type, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, 900, 0);
         }
         cudaEventRecord(e1);
         cudaEventSynchronize(e1);
         float ms = 0.0f;
         cudaEventElapsedTime(&ms, e0, e1);
-        printf("  speed Q4_K %d x %d, ncols %d: %.1f us, %.0f GB/s\n", nrows, K, ncols, 1e3 * ms / reps,
-               bytes / (ms / reps * 1e-3) / 1e9);
+        printf("  speed %s %d x %d, ncols %d: %.1f us, %.0f GB/s\n", type == GGML_TYPE_Q4_K ? "q4_K" : "q6_K", nrows, K,
+               ncols, 1e3 * ms / reps, bytes / (ms / reps * 1e-3) / 1e9);
     }
     cudaFree(dx);
     cudaFree(dy);
@@ -177,11 +236,14 @@ int main() {
     std::mt19937 rng(1234);
     bool         ok = true;
     ok              = check<block_q4_K>(GGML_TYPE_Q4_K, 64, 3, rng) && ok;
-    ok              = check<block_q4_K>(GGML_TYPE_Q4_K, 40, 2, rng) && ok;  // a row tail
+    ok              = check<block_q4_K>(GGML_TYPE_Q4_K, 40, 2, rng) && ok; // a row tail
     ok              = check<block_q5_K>(GGML_TYPE_Q5_K, 64, 3, rng) && ok;
     ok              = check<block_q5_K>(GGML_TYPE_Q5_K, 24, 20, rng) && ok;
-    speed(17408, 20);
-    speed(5120, 20);
+    ok              = check<block_q6_K>(GGML_TYPE_Q6_K, 64, 3, rng) && ok;
+    ok              = check<block_q6_K>(GGML_TYPE_Q6_K, 40, 20, rng) && ok; // a row tail
+    speed<block_q4_K>(GGML_TYPE_Q4_K, 17408, 20);
+    speed<block_q4_K>(GGML_TYPE_Q4_K, 5120, 20);
+    speed<block_q6_K>(GGML_TYPE_Q6_K, 17408, 20);
     printf("mmvq-mma check: %s\n", ok ? "PASSED" : "FAILED");
     return ok ? 0 : 1;
 }

@@ -46,6 +46,24 @@ static __device__ __forceinline__ void mma_s8_m16n8k32(int (&c)[4], const int (&
 #endif
 }
 
+// c += a * b: 16x16 (s8, row-major) times 16x8 (s8, column-major), int32 accumulators (Q6_K: a scale per
+// 16 values)
+static __device__ __forceinline__ void mma_s8_m16n8k16(int (&c)[4], const int (&a)[2], const int b) {
+#ifdef AMPERE_MMA_AVAILABLE
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b));
+#else
+    GGML_UNUSED_VARS(c, a, b);
+    NO_DEVICE_CODE;
+#endif
+}
+
+static __device__ __forceinline__ int load_int_b2(const void * p, const int i32) {
+    const uint16_t * p16 = (const uint16_t *) p; // Q6_K blocks (210 bytes) are only 2-byte aligned
+    return p16[2 * i32] | (p16[2 * i32 + 1] << 16);
+}
+
 // Sub-block s's 6-bit scale (sc) or min (m) of a Q4_K/Q5_K super-block, from its 16-byte header
 // h = {dm, scales[0..3], scales[4..7], scales[8..11]} (upstream's get_scale_min_k4, unpacked four at a time)
 static __device__ __forceinline__ int kquant_sc(const int4 h, const int s) {
@@ -189,6 +207,134 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
     }
 }
 
+// Q6_K: 16 sub-blocks of 16 values with an int8 scale each, so one m16n8k16 mma per 16 values. Value
+// v = 128h + 32j + l of a super-block (h < 2, j < 4, l < 32) is the low (j < 2) or high nibble of
+// ql[64h + 32(j%2) + l] with bits 2j, 2j+1 of qh[32h + l] above it, minus 32, scaled by
+// scales[8h + 2j + l/16] (upstream's dequantize_row_q6_K); it lies in q8_1 block 4h + j of y. Thread
+// t takes l = 16e + 4t .. 16e + 4t + 3 of each half e, the mma's k = 4t..4t+3 for A and B alike.
+template <int NT>
+__launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
+    void mmvq_mma_q6_K_kernel(const void * __restrict__ vx, const block_q8_1 * __restrict__ y, float * __restrict__ dst,
+                              const int nrows, const int ncols_dst, const int n_superblocks, const int64_t stride_row_x,
+                              const int64_t stride_col_y, const int64_t stride_col_dst) {
+    const int lane = threadIdx.x;
+    const int warp = threadIdx.y;
+    const int g    = lane / 4;
+    const int t    = lane % 4;
+
+    const int row0 = blockIdx.x * MMA_ROWS + g;
+    const int row1 = row0 + 8;
+
+    const block_q6_K * x0 = (const block_q6_K *) vx + (row0 < nrows ? row0 : 0) * stride_row_x;
+    const block_q6_K * x1 = (const block_q6_K *) vx + (row1 < nrows ? row1 : 0) * stride_row_x;
+    const block_q8_1 * yb[NT];
+    const block_q8_1 * yc0[NT];
+    const block_q8_1 * yc1[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        const int cb = 8 * n + g, c0 = 8 * n + 2 * t, c1 = c0 + 1;
+        yb[n]  = y + (cb < ncols_dst ? cb : 0) * stride_col_y;
+        yc0[n] = y + (c0 < ncols_dst ? c0 : 0) * stride_col_y;
+        yc1[n] = y + (c1 < ncols_dst ? c1 : 0) * stride_col_y;
+    }
+
+    float acc[NT][4] = {};
+
+    for (int sb = warp; sb < n_superblocks; sb += MMA_WARPS) {
+        const block_q6_K * b0 = x0 + sb;
+        const block_q6_K * b1 = x1 + sb;
+        int                ql0[8], ql1[8], qh0[4], qh1[4], sc0[4], sc1[4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) { // i = 4h + 2(j%2) + e: bytes 64h + 32(j%2) + 16e + 4t
+            ql0[i] = load_int_b2(b0->ql, 4 * i + t);
+            ql1[i] = load_int_b2(b1->ql, 4 * i + t);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) { // i = 2h + e: bytes 32h + 16e + 4t
+            qh0[i] = load_int_b2(b0->qh, 4 * i + t);
+            qh1[i] = load_int_b2(b1->qh, 4 * i + t);
+            sc0[i] = load_int_b2(b0->scales, i);
+            sc1[i] = load_int_b2(b1->scales, i);
+        }
+        const float d0 = __half2float(b0->d);
+        const float d1 = __half2float(b1->d);
+
+        int   b[NT][8][2];
+        half2 ds0[NT][8], ds1[NT][8];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+            for (int blk = 0; blk < 8; ++blk) {
+                b[n][blk][0] = load_int(yb[n][8 * sb + blk].qs, t);
+                b[n][blk][1] = load_int(yb[n][8 * sb + blk].qs, 4 + t);
+                ds0[n][blk]  = yc0[n][8 * sb + blk].ds;
+                ds1[n][blk]  = yc1[n][8 * sb + blk].ds;
+            }
+        }
+
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int iql   = 4 * h + 2 * (j % 2) + e;
+                    const int iqh   = 2 * h + e;
+                    const int shift = 4 * (j / 2);
+                    const int q0    = ((ql0[iql] >> shift) & 0x0F0F0F0F) | (((qh0[iqh] >> (2 * j)) & 0x03030303) << 4);
+                    const int q1    = ((ql1[iql] >> shift) & 0x0F0F0F0F) | (((qh1[iqh] >> (2 * j)) & 0x03030303) << 4);
+                    const int a[2]  = { (int) __vsub4(q0, 0x20202020), (int) __vsub4(q1, 0x20202020) };
+
+                    const int   s    = 8 * h + 2 * j + e; // the 16 values' scale
+                    const float dsc0 = d0 * (float) (int8_t) (sc0[s / 4] >> (8 * (s % 4)));
+                    const float dsc1 = d1 * (float) (int8_t) (sc1[s / 4] >> (8 * (s % 4)));
+                    const int   blk  = 4 * h + j;
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) {
+                        int C[4] = { 0, 0, 0, 0 };
+                        mma_s8_m16n8k16(C, a, b[n][blk][e]);
+                        const float y0 = __low2float(ds0[n][blk]);
+                        const float y1 = __low2float(ds1[n][blk]);
+                        acc[n][0] += dsc0 * y0 * (float) C[0];
+                        acc[n][1] += dsc0 * y1 * (float) C[1];
+                        acc[n][2] += dsc1 * y0 * (float) C[2];
+                        acc[n][3] += dsc1 * y1 * (float) C[3];
+                    }
+                }
+            }
+        }
+    }
+
+    __shared__ float partial[MMA_WARPS][NT][4][WARP_SIZE];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            partial[warp][n][i][lane] = acc[n][i];
+        }
+    }
+    __syncthreads();
+    if (warp != 0) {
+        return;
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < MMA_WARPS; ++w) {
+                sum += partial[w][n][i][lane];
+            }
+            const int row = i < 2 ? row0 : row1;
+            const int col = 8 * n + 2 * t + i % 2;
+            if (row < nrows && col < ncols_dst) {
+                dst[col * stride_col_dst + row] = sum;
+            }
+        }
+    }
+}
+
 // GGML_CUDA_MMVQ_MMA: unset = on where measured (Hopper: H100/H200), 1 = on for every NVIDIA GPU from
 // Ampere on, 0 = off (upstream's MMVQ for every product)
 static bool mmvq_mma_enabled(const int cc) {
@@ -202,13 +348,26 @@ static bool mmvq_mma_enabled(const int cc) {
     return env == 1 || (cc >= GGML_CUDA_CC_HOPPER && cc < GGML_CUDA_CC_HOPPER + 100);
 }
 
+// GGML_CUDA_MMVQ_MMA_Q6_K=0: Q6_K products back on MMVQ (the A/B knob of the Q6_K kernel alone)
+static bool mmvq_mma_q6_K_enabled() {
+    static const bool on = [] {
+        const char * s = getenv("GGML_CUDA_MMVQ_MMA_Q6_K");
+        return s == nullptr || atoi(s) != 0;
+    }();
+    return on;
+}
+
 bool pymtp_mmvq_mma_takes(ggml_type type, const void * vx, int64_t ncols_x, int64_t stride_row_x, int64_t ncols_dst,
                           int cc) {
-    if ((type != GGML_TYPE_Q4_K && type != GGML_TYPE_Q5_K) || ncols_dst < 2 || ncols_dst > PYMTP_MMVQ_MMA_MAX_COLS ||
-        ncols_x % QK_K != 0 || !mmvq_mma_enabled(cc)) {
+    const bool q6_K = type == GGML_TYPE_Q6_K && mmvq_mma_q6_K_enabled();
+    if ((type != GGML_TYPE_Q4_K && type != GGML_TYPE_Q5_K && !q6_K) || ncols_dst < 2 ||
+        ncols_dst > PYMTP_MMVQ_MMA_MAX_COLS || ncols_x % QK_K != 0 || !mmvq_mma_enabled(cc)) {
         return false;
     }
-    // each super-block's 16-byte header is read as one int4
+    if (q6_K) {
+        return true; // read 2 bytes at a time
+    }
+    // each Q4_K/Q5_K super-block's 16-byte header is read as one int4
     const size_t block_size = type == GGML_TYPE_Q4_K ? sizeof(block_q4_K) : sizeof(block_q5_K);
     return (uintptr_t) vx % 16 == 0 && (stride_row_x * block_size) % 16 == 0;
 }
@@ -223,23 +382,23 @@ bool pymtp_mmvq_mma(ggml_type type, const void * vx, const void * vy, float * ds
     const dim3   threads(WARP_SIZE, MMA_WARPS, 1);
     const int    n_superblocks = (int) (ncols_x / QK_K);
     const auto * y             = (const block_q8_1 *) vy;
-#define PYMTP_MMA_LAUNCH(T, NT)                                                                                        \
-    mmvq_mma_kernel<T, NT><<<blocks, threads, 0, stream>>>(vx, y, dst, (int) nrows_x, (int) ncols_dst, n_superblocks,  \
-                                                           stride_row_x, stride_col_y, stride_col_dst)
-    if (type == GGML_TYPE_Q4_K) {
-        if (ncols_dst <= 8) {
-            PYMTP_MMA_LAUNCH(GGML_TYPE_Q4_K, 1);
-        } else {
-            PYMTP_MMA_LAUNCH(GGML_TYPE_Q4_K, 2);
-        }
+#define PYMTP_MMA_ARGS                                                                                                 \
+    vx, y, dst, (int) nrows_x, (int) ncols_dst, n_superblocks, stride_row_x, stride_col_y, stride_col_dst
+    const bool two_tiles = ncols_dst > 8;
+    if (type == GGML_TYPE_Q4_K && two_tiles) {
+        mmvq_mma_kernel<GGML_TYPE_Q4_K, 2><<<blocks, threads, 0, stream>>>(PYMTP_MMA_ARGS);
+    } else if (type == GGML_TYPE_Q4_K) {
+        mmvq_mma_kernel<GGML_TYPE_Q4_K, 1><<<blocks, threads, 0, stream>>>(PYMTP_MMA_ARGS);
+    } else if (type == GGML_TYPE_Q5_K && two_tiles) {
+        mmvq_mma_kernel<GGML_TYPE_Q5_K, 2><<<blocks, threads, 0, stream>>>(PYMTP_MMA_ARGS);
+    } else if (type == GGML_TYPE_Q5_K) {
+        mmvq_mma_kernel<GGML_TYPE_Q5_K, 1><<<blocks, threads, 0, stream>>>(PYMTP_MMA_ARGS);
+    } else if (two_tiles) {
+        mmvq_mma_q6_K_kernel<2><<<blocks, threads, 0, stream>>>(PYMTP_MMA_ARGS);
     } else {
-        if (ncols_dst <= 8) {
-            PYMTP_MMA_LAUNCH(GGML_TYPE_Q5_K, 1);
-        } else {
-            PYMTP_MMA_LAUNCH(GGML_TYPE_Q5_K, 2);
-        }
+        mmvq_mma_q6_K_kernel<1><<<blocks, threads, 0, stream>>>(PYMTP_MMA_ARGS);
     }
-#undef PYMTP_MMA_LAUNCH
+#undef PYMTP_MMA_ARGS
     CUDA_CHECK(cudaGetLastError());
     return true;
 }
