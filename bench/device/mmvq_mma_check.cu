@@ -233,6 +233,7 @@ static void speed(ggml_type type, int nrows, int nsb) {
 }
 
 int main() {
+    setenv("GGML_CUDA_MMVQ_MMA_Q6_K", "1", 1); // Q6_K at every column count (by default only from 8)
     std::mt19937 rng(1234);
     bool         ok = true;
     ok              = check<block_q4_K>(GGML_TYPE_Q4_K, 64, 3, rng) && ok;

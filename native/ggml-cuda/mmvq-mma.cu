@@ -348,18 +348,21 @@ static bool mmvq_mma_enabled(const int cc) {
     return env == 1 || (cc >= GGML_CUDA_CC_HOPPER && cc < GGML_CUDA_CC_HOPPER + 100);
 }
 
-// GGML_CUDA_MMVQ_MMA_Q6_K=0: Q6_K products back on MMVQ (the A/B knob of the Q6_K kernel alone)
-static bool mmvq_mma_q6_K_enabled() {
-    static const bool on = [] {
+// The fewest columns a Q6_K product takes the kernel from. Measured on the 27B shape (H200; docs/benchmarks.md,
+// "Q6_K"): the 4-token decode cost the same either way, the 2-token one more (V 1.14 vs 1.08 with MMVQ), the
+// 8-token one less (1.49 vs 1.56): MMVQ's Q6_K kernel already scales well to a few columns. So from 8 on;
+// GGML_CUDA_MMVQ_MMA_Q6_K=0: never, =1: from 2 (the device check uses it).
+static int mmvq_mma_q6_K_min_cols() {
+    static const int n = [] {
         const char * s = getenv("GGML_CUDA_MMVQ_MMA_Q6_K");
-        return s == nullptr || atoi(s) != 0;
+        return s == nullptr ? 8 : atoi(s) != 0 ? 2 : PYMTP_MMVQ_MMA_MAX_COLS + 1;
     }();
-    return on;
+    return n;
 }
 
 bool pymtp_mmvq_mma_takes(ggml_type type, const void * vx, int64_t ncols_x, int64_t stride_row_x, int64_t ncols_dst,
                           int cc) {
-    const bool q6_K = type == GGML_TYPE_Q6_K && mmvq_mma_q6_K_enabled();
+    const bool q6_K = type == GGML_TYPE_Q6_K && ncols_dst >= mmvq_mma_q6_K_min_cols();
     if ((type != GGML_TYPE_Q4_K && type != GGML_TYPE_Q5_K && !q6_K) || ncols_dst < 2 ||
         ncols_dst > PYMTP_MMVQ_MMA_MAX_COLS || ncols_x % QK_K != 0 || !mmvq_mma_enabled(cc)) {
         return false;
