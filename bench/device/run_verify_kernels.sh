@@ -8,7 +8,7 @@
 #      what the engine's snapshots cost a 1-token decode (patch 0020);
 #   3. pymtp bench with the 27B shape's own MTP block trimmed to 8192 tokens (pymtp trim), MTP off vs
 #      k=3 and k=6 at the field's six synthetic rates, once per BENCH_SIDES side: D, V(k+1), bound.
-# Knobs: SIDES ("default GGML_CUDA_MMVQ_MMA=0"; GGML_CUDA_MMVQ_MMA_Q6_K=0 = the Q6_K kernel off), BENCH_SIDES (the first
+# Knobs: SIDES ("default GGML_CUDA_MMVQ_MMA=0"; GGML_CUDA_MMVQ_MMA_Q6_K=0 = the Q6_K kernel off), BENCH_SIDES ("none" or the first
 # two of SIDES), BENCH_DRAFTS (3,6: the --n-drafts of pymtp bench), SIZES (1,2,3,4,5,6,8), LIMIT (8), NPRED (128).
 # Results: $OUT/vk-*.txt, vk-*.json.
 set -uo pipefail
@@ -21,6 +21,7 @@ say() { echo "[verify-kernels +$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/vk-s
 SIDES=${SIDES:-default GGML_CUDA_MMVQ_MMA=0}
 read -r -a sides <<< "$SIDES"
 BENCH_SIDES=${BENCH_SIDES:-${sides[0]} ${sides[1]:-}}
+[ "$BENCH_SIDES" = none ] && BENCH_SIDES=   # no pymtp bench
 if [ "${CHECK:-1}" = 1 ]; then
     say "mmvq-mma check"
     nvcc -O3 -std=c++17 -arch=sm_90 -Ivendor/llama.cpp/ggml/include -Ivendor/llama.cpp/ggml/src -Inative/ggml-cuda \
