@@ -1,4 +1,5 @@
-// pymtp: the quantized mat-vec of a speculative verify batch (2-16 columns) on int8 tensor cores.
+// pymtp: the quantized mat-vec of a speculative verify batch (2-16 columns) on int8 tensor cores: Q4_K and
+// Q5_K, and Q6_K from 8 columns (its kernel is the last one below).
 //
 // Why: upstream's MMVQ computes every (row, column) pair with dp4a, so a 4-column product executes
 // about twice the instructions per weight byte of a 1-column one and stops being bound by memory: on
