@@ -27,9 +27,11 @@ def clang_format() -> str:
 
 
 def test_native_sources_pass_clang_format():
-    """pymtp's own C/C++ (native/) follows native/.clang-format (a pinned clang-format: styles change
-    between releases)."""
-    sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "native").rglob("*") if p.suffix in (".h", ".cpp"))
+    """pymtp's own C/C++ and CUDA (native/) follow native/.clang-format (a pinned clang-format: styles
+    change between releases)."""
+    suffixes = (".h", ".cpp", ".cuh", ".cu")
+    sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "native").rglob("*") if p.suffix in suffixes)
     assert sources, "no native sources found"
+    assert any(s.endswith(".cu") for s in sources), "the CUDA sources (native/ggml-cuda/) are not checked"
     r = subprocess.run([clang_format(), "--dry-run", "--Werror", *sources], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, f"clang-format found unformatted code (fix with clang-format -i):\n{r.stderr[-4000:]}"
