@@ -160,6 +160,11 @@ def main() -> int:
                          "generated): prefill tok/s of each configuration")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    # bad input fails here, before a pristine server is built
+    if args.parallel < 1:
+        sys.exit("--parallel: at least 1")
+    upstream_env = parse_env(args.upstream_env, "--upstream-env")
+    pymtp_env = parse_env(args.pymtp_env, "--pymtp-env")
 
     from pymtp.bench.prompts import load_prompts
     from pymtp.server import server_binary
@@ -172,8 +177,6 @@ def main() -> int:
             sys.exit(f"--upstream-bin {upstream}: no such file")
     else:
         upstream = build_upstream("cuda" if args.cuda else "cpu", args.jobs)
-    if args.parallel < 1:
-        sys.exit("--parallel: at least 1")
     common = ["-m", str(model), "-c", str(args.ctx * args.parallel), "-np", str(args.parallel), "--no-webui",
               "--host", "127.0.0.1"]
     if args.ngl:
@@ -199,9 +202,7 @@ def main() -> int:
         "pymtp --mtp": [str(server_binary()), *common, "--mtp", "--mtp-n-draft", str(args.n_draft),
                         "--mtp-draft", args.draft, "--mtp-adaptive", "off", *synth, *args.pymtp_extra.split()],
     }
-    envs = {"plain": parse_env(args.upstream_env, "--upstream-env"),
-            "upstream draft-mtp": parse_env(args.upstream_env, "--upstream-env"),
-            "pymtp --mtp": parse_env(args.pymtp_env, "--pymtp-env")}
+    envs = {"plain": upstream_env, "upstream draft-mtp": upstream_env, "pymtp --mtp": pymtp_env}
     if args.log_dir:
         log_dir = Path(args.log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
