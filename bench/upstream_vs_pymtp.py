@@ -163,6 +163,8 @@ def main() -> int:
     # bad input fails here, before a pristine server is built
     if args.parallel < 1:
         sys.exit("--parallel: at least 1")
+    if args.parallel > 1 and args.serial:
+        sys.exit("--parallel and --serial: choose one")
     upstream_env = parse_env(args.upstream_env, "--upstream-env")
     pymtp_env = parse_env(args.pymtp_env, "--pymtp-env")
 
@@ -211,12 +213,14 @@ def main() -> int:
     runs = {name: [] for name in configs}
     walls = {name: [] for name in configs}   # --parallel: wall seconds of each round of all prompts
 
-    def run_prompt(name: str, s: Server, i: int, p: str) -> None:
-        r = s.complete(p, args.n, args.temp, i, {})
+    def record(name: str, r: dict) -> None:
         t = r["timings"]
         runs[name].append({"tokens": t["predicted_n"], "ms": t["predicted_ms"], "text": r["content"],
                            "prompt_n": t.get("prompt_n", 0), "prompt_ms": t.get("prompt_ms", 0.0),
                            "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0)})
+
+    def run_prompt(name: str, s: Server, i: int, p: str) -> None:
+        record(name, s.complete(p, args.n, args.temp, i, {}))
 
     def run_round(name: str, s: Server) -> None:
         """All prompts through args.parallel clients at once (--parallel)."""
@@ -227,27 +231,9 @@ def main() -> int:
             res = list(ex.map(lambda ip: s.complete(ip[1], args.n, args.temp, ip[0], {}), enumerate(prompts)))
         walls[name].append(time.perf_counter() - t0)
         for r in res:
-            t = r["timings"]
-            runs[name].append({"tokens": t["predicted_n"], "ms": t["predicted_ms"], "text": r["content"],
-                               "prompt_n": t.get("prompt_n", 0), "prompt_ms": t.get("prompt_ms", 0.0),
-                               "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0)})
+            record(name, r)
 
-    if args.parallel > 1:
-        servers = {}
-        try:
-            for name, argv in configs.items():
-                servers[name] = Server(name.split()[0], argv, log_dir, envs[name])
-            for s in servers.values():  # warm-up
-                s.complete(prompts[0], 8, 0.0, 0, {})
-            order = list(servers.items())
-            for rnd in range(2):
-                for name, s in order[rnd % len(order):] + order[: rnd % len(order)]:
-                    run_round(name, s)
-                    print(f"  round {rnd + 1}, {name}: {walls[name][-1]:.1f} s", file=sys.stderr)
-        finally:
-            for s in servers.values():
-                s.stop()
-    elif args.serial:
+    if args.serial:
         for name, argv in configs.items():
             s = Server(name.split()[0], argv, log_dir, envs[name])
             try:
@@ -265,12 +251,17 @@ def main() -> int:
                 servers[name] = Server(name.split()[0], argv, log_dir, envs[name])
             for s in servers.values():  # warm-up
                 s.complete(prompts[0], 8, 0.0, 0, {})
-            for i, p in enumerate(prompts):
-                order = list(servers.items())
-                order = order[i % len(order):] + order[: i % len(order)]  # rotate who goes first
-                for name, s in order:
-                    run_prompt(name, s, i, p)
-                print(f"  prompt {i + 1}/{len(prompts)}", file=sys.stderr)
+            order = list(servers.items())
+            if args.parallel > 1:   # two rounds of all prompts per server, servers in turn
+                for rnd in range(2):
+                    for name, s in order[rnd % len(order):] + order[: rnd % len(order)]:
+                        run_round(name, s)
+                        print(f"  round {rnd + 1}, {name}: {walls[name][-1]:.1f} s", file=sys.stderr)
+            else:                   # prompt by prompt, rotating who goes first
+                for i, p in enumerate(prompts):
+                    for name, s in order[i % len(order):] + order[: i % len(order)]:
+                        run_prompt(name, s, i, p)
+                    print(f"  prompt {i + 1}/{len(prompts)}", file=sys.stderr)
             for name, s in servers.items():
                 run_prefill(name, s)
         finally:

@@ -133,44 +133,69 @@ static void fill_y(std::vector<block_q8_1> & y, std::mt19937 & rng) {
     }
 }
 
+static const char * type_name(ggml_type type) {
+    return type == GGML_TYPE_Q4_K ? "q4_K" : type == GGML_TYPE_Q5_K ? "q5_K" : "q6_K";
+}
+
+// Random weights (nrows x nsb super-blocks) and PYMTP_MMVQ_MMA_MAX_COLS q8_1 columns, on the host and the
+// device, and room for the result
+template <typename block_t>
+struct problem {
+    const int               nrows, nsb, K;
+    std::vector<block_t>    x;
+    std::vector<block_q8_1> y;
+    void *                  dx = nullptr;
+    void *                  dy = nullptr;
+    float *                 dd = nullptr;
+
+    problem(int nrows, int nsb, std::mt19937 & rng)
+        : nrows(nrows), nsb(nsb), K(nsb * QK_K), x((size_t) nrows * nsb),
+          y((size_t) PYMTP_MMVQ_MMA_MAX_COLS * K / QK8_1) {
+        fill_x(x, rng);
+        fill_y(y, rng);
+        CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(block_t)));
+        CUDA_CHECK(cudaMalloc(&dy, y.size() * sizeof(block_q8_1)));
+        CUDA_CHECK(cudaMalloc(&dd, dst_bytes()));
+        CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(block_t), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dy, y.data(), y.size() * sizeof(block_q8_1), cudaMemcpyHostToDevice));
+    }
+
+    ~problem() {
+        cudaFree(dx);
+        cudaFree(dy);
+        cudaFree(dd);
+    }
+
+    size_t dst_bytes() const { return (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float); }
+
+    bool run(ggml_type type, int ncols) const {
+        return pymtp_mmvq_mma(type, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, /*cc=*/900, 0);
+    }
+};
+
 template <typename block_t>
 static bool check(ggml_type type, int nrows, int nsb, std::mt19937 & rng) {
-    const int               K = nsb * QK_K;
-    std::vector<block_t>    x((size_t) nrows * nsb);
-    std::vector<block_q8_1> y((size_t) PYMTP_MMVQ_MMA_MAX_COLS * K / QK8_1);
-    fill_x(x, rng);
-    fill_y(y, rng);
-    void *  dx;
-    void *  dy;
-    float * dd;
-    CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(block_t)));
-    CUDA_CHECK(cudaMalloc(&dy, y.size() * sizeof(block_q8_1)));
-    CUDA_CHECK(cudaMalloc(&dd, (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float)));
-    CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(block_t), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(dy, y.data(), y.size() * sizeof(block_q8_1), cudaMemcpyHostToDevice));
-    bool ok = true;
+    const problem<block_t> pr(nrows, nsb, rng);
+    bool                   ok = true;
     for (int ncols = 2; ncols <= PYMTP_MMVQ_MMA_MAX_COLS; ++ncols) {
-        CUDA_CHECK(cudaMemset(dd, 0xff,
-                              (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float))); // NaN: unwritten shows
-        if (!pymtp_mmvq_mma(type, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, /*cc=*/900, 0)) {
-            printf("  %s ncols %d: not taken\n",
-                   (type == GGML_TYPE_Q4_K ? "q4_K" :
-                    type == GGML_TYPE_Q5_K ? "q5_K" :
-                                             "q6_K"),
-                   ncols);
+        CUDA_CHECK(cudaMemset(pr.dd, 0xff, pr.dst_bytes())); // NaN: unwritten shows
+        if (!pr.run(type, ncols)) {
+            printf("  %s ncols %d: not taken\n", type_name(type), ncols);
             ok = false;
             continue;
         }
         std::vector<float> out((size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows);
-        CUDA_CHECK(cudaMemcpy(out.data(), dd, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(out.data(), pr.dd, pr.dst_bytes(), cudaMemcpyDeviceToHost));
         double worst = 0.0, scale = 0.0;
         for (int j = 0; j < ncols; ++j) {
             for (int r = 0; r < nrows; ++r) {
-                double ref;
+                const block_t *    row = &pr.x[(size_t) r * nsb];
+                const block_q8_1 * col = &pr.y[(size_t) j * pr.K / QK8_1];
+                double             ref;
                 if constexpr (std::is_same_v<block_t, block_q6_K>) {
-                    ref = ref_dot_q6_K(&x[(size_t) r * nsb], &y[(size_t) j * K / QK8_1], nsb);
+                    ref = ref_dot_q6_K(row, col, nsb);
                 } else {
-                    ref = ref_dot(&x[(size_t) r * nsb], &y[(size_t) j * K / QK8_1], nsb, type == GGML_TYPE_Q5_K);
+                    ref = ref_dot(row, col, nsb, type == GGML_TYPE_Q5_K);
                 }
                 const double got = out[(size_t) j * nrows + r];
                 worst            = std::isfinite(got) ? std::max(worst, std::fabs(got - ref)) : INFINITY;
@@ -178,58 +203,36 @@ static bool check(ggml_type type, int nrows, int nsb, std::mt19937 & rng) {
             }
         }
         const double rel = worst / scale;
-        printf("  %s rows %d K %d ncols %d: max |err| / max |ref| = %.2e\n",
-               (type == GGML_TYPE_Q4_K ? "q4_K" :
-                type == GGML_TYPE_Q5_K ? "q5_K" :
-                                         "q6_K"),
-               nrows, K, ncols, rel);
+        printf("  %s rows %d K %d ncols %d: max |err| / max |ref| = %.2e\n", type_name(type), nrows, pr.K, ncols, rel);
         ok = ok && rel < 1e-5;
     }
-    cudaFree(dx);
-    cudaFree(dy);
-    cudaFree(dd);
     return ok;
 }
 
 template <typename block_t>
 static void speed(ggml_type type, int nrows, int nsb) {
-    const int               K = nsb * QK_K;
-    std::mt19937            rng(7);
-    std::vector<block_t>    x((size_t) nrows * nsb);
-    std::vector<block_q8_1> y((size_t) PYMTP_MMVQ_MMA_MAX_COLS * K / QK8_1);
-    fill_x(x, rng);
-    fill_y(y, rng);
-    void *  dx;
-    void *  dy;
-    float * dd;
-    CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(block_t)));
-    CUDA_CHECK(cudaMalloc(&dy, y.size() * sizeof(block_q8_1)));
-    CUDA_CHECK(cudaMalloc(&dd, (size_t) PYMTP_MMVQ_MMA_MAX_COLS * nrows * sizeof(float)));
-    CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(block_t), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(dy, y.data(), y.size() * sizeof(block_q8_1), cudaMemcpyHostToDevice));
-    cudaEvent_t e0, e1;
+    std::mt19937           rng(7);
+    const problem<block_t> pr(nrows, nsb, rng);
+    cudaEvent_t            e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    const double bytes = (double) x.size() * sizeof(block_t);
+    const double bytes = (double) pr.x.size() * sizeof(block_t);
     for (int ncols : { 2, 4, 8, 12, 16 }) {
         for (int w = 0; w < 5; ++w) {
-            pymtp_mmvq_mma(type, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, 900, 0);
+            pr.run(type, ncols);
         }
         const int reps = 50;
         cudaEventRecord(e0);
         for (int r = 0; r < reps; ++r) {
-            pymtp_mmvq_mma(type, dx, dy, dd, K, nrows, ncols, nsb, K / QK8_1, nrows, 900, 0);
+            pr.run(type, ncols);
         }
         cudaEventRecord(e1);
         cudaEventSynchronize(e1);
         float ms = 0.0f;
         cudaEventElapsedTime(&ms, e0, e1);
-        printf("  speed %s %d x %d, ncols %d: %.1f us, %.0f GB/s\n", type == GGML_TYPE_Q4_K ? "q4_K" : "q6_K", nrows, K,
-               ncols, 1e3 * ms / reps, bytes / (ms / reps * 1e-3) / 1e9);
+        printf("  speed %s %d x %d, ncols %d: %.1f us, %.0f GB/s\n", type_name(type), nrows, pr.K, ncols,
+               1e3 * ms / reps, bytes / (ms / reps * 1e-3) / 1e9);
     }
-    cudaFree(dx);
-    cudaFree(dy);
-    cudaFree(dd);
 }
 
 int main() {

@@ -24,15 +24,13 @@
 
 #include "mmvq-mma.cuh"
 
+#include "ggml-cuda/vecdotq.cuh" // get_int_b4 (4-byte aligned quants), get_int_b2 (Q6_K: 2-byte aligned)
+
 #include <cstdlib>
 #include <type_traits>
 
 static constexpr int MMA_WARPS = 4;  // warps per CUDA block (16 rows); they share its super-blocks
 static constexpr int MMA_ROWS  = 16; // rows per CUDA block: the mma's M
-
-static __device__ __forceinline__ int load_int(const void * p, const int i32) {
-    return ((const int *) p)[i32]; // K-quant and q8_1 blocks keep their quants 4-byte aligned
-}
 
 // c += a * b: 16x32 (s8, row-major) times 32x8 (s8, column-major), int32 accumulators
 static __device__ __forceinline__ void mma_s8_m16n8k32(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
@@ -60,9 +58,56 @@ static __device__ __forceinline__ void mma_s8_m16n8k16(int (&c)[4], const int (&
 #endif
 }
 
-static __device__ __forceinline__ int load_int_b2(const void * p, const int i32) {
-    const uint16_t * p16 = (const uint16_t *) p; // Q6_K blocks (210 bytes) are only 2-byte aligned
-    return p16[2 * i32] | (p16[2 * i32 + 1] << 16);
+// The y columns a thread reads in n-tile n: B's column 8n + g, C's columns 8n + 2t and 8n + 2t + 1 (columns
+// past the end read column 0, valid memory; their results are not written)
+template <int NT>
+static __device__ __forceinline__ void
+mma_columns(const block_q8_1 * y, const int ncols_dst, const int64_t stride_col_y, const int g, const int t,
+            const block_q8_1 * (&yb)[NT], const block_q8_1 * (&yc0)[NT], const block_q8_1 * (&yc1)[NT]) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        const int cb = 8 * n + g, c0 = 8 * n + 2 * t, c1 = c0 + 1;
+        yb[n]  = y + (cb < ncols_dst ? cb : 0) * stride_col_y;
+        yc0[n] = y + (c0 < ncols_dst ? c0 : 0) * stride_col_y;
+        yc1[n] = y + (c1 < ncols_dst ? c1 : 0) * stride_col_y;
+    }
+}
+
+// The warps' partial sums added up in shared memory; warp 0 writes rows g, g + 8 x columns 8n + 2t, 8n + 2t + 1
+template <int NT>
+static __device__ __forceinline__ void mma_write(const float (&acc)[NT][4], float * dst, const int nrows,
+                                                 const int ncols_dst, const int64_t stride_col_dst, const int row0,
+                                                 const int row1, const int t) {
+    const int        lane = threadIdx.x;
+    const int        warp = threadIdx.y;
+    __shared__ float partial[MMA_WARPS][NT][4][WARP_SIZE];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            partial[warp][n][i][lane] = acc[n][i];
+        }
+    }
+    __syncthreads();
+    if (warp != 0) {
+        return;
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < MMA_WARPS; ++w) {
+                sum += partial[w][n][i][lane];
+            }
+            const int row = i < 2 ? row0 : row1;
+            const int col = 8 * n + 2 * t + i % 2;
+            if (row < nrows && col < ncols_dst) {
+                dst[col * stride_col_dst + row] = sum;
+            }
+        }
+    }
 }
 
 // Sub-block s's 6-bit scale (sc) or min (m) of a Q4_K/Q5_K super-block, from its 16-byte header
@@ -97,19 +142,13 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
     const int row0 = blockIdx.x * MMA_ROWS + g;
     const int row1 = row0 + 8;
 
-    // rows and columns past the end read row/column 0 (valid memory); their results are not written
+    // rows past the end read row 0 (valid memory); their results are not written
     const block_t *    x0 = (const block_t *) vx + (row0 < nrows ? row0 : 0) * stride_row_x;
     const block_t *    x1 = (const block_t *) vx + (row1 < nrows ? row1 : 0) * stride_row_x;
-    const block_q8_1 * yb[NT];  // B of n-tile n: column 8n + g
-    const block_q8_1 * yc0[NT]; // C of n-tile n: columns 8n + 2t and 8n + 2t + 1
+    const block_q8_1 * yb[NT];
+    const block_q8_1 * yc0[NT];
     const block_q8_1 * yc1[NT];
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-        const int cb = 8 * n + g, c0 = 8 * n + 2 * t, c1 = c0 + 1;
-        yb[n]  = y + (cb < ncols_dst ? cb : 0) * stride_col_y;
-        yc0[n] = y + (c0 < ncols_dst ? c0 : 0) * stride_col_y;
-        yc1[n] = y + (c1 < ncols_dst ? c1 : 0) * stride_col_y;
-    }
+    mma_columns<NT>(y, ncols_dst, stride_col_y, g, t, yb, yc0, yc1);
 
     float acc[NT][4] = {};
 
@@ -134,8 +173,8 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
         for (int n = 0; n < NT; ++n) {
 #pragma unroll
             for (int s = 0; s < 8; ++s) {
-                b[n][s][0] = load_int(yb[n][8 * sb + s].qs, 2 * t);
-                b[n][s][1] = load_int(yb[n][8 * sb + s].qs, 2 * t + 1);
+                b[n][s][0] = get_int_b4(yb[n][8 * sb + s].qs, 2 * t);
+                b[n][s][1] = get_int_b4(yb[n][8 * sb + s].qs, 2 * t + 1);
                 ds0[n][s]  = yc0[n][8 * sb + s].ds;
                 ds1[n][s]  = yc1[n][8 * sb + s].ds;
             }
@@ -178,34 +217,7 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
         }
     }
 
-    __shared__ float partial[MMA_WARPS][NT][4][WARP_SIZE];
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            partial[warp][n][i][lane] = acc[n][i];
-        }
-    }
-    __syncthreads();
-    if (warp != 0) {
-        return;
-    }
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int w = 0; w < MMA_WARPS; ++w) {
-                sum += partial[w][n][i][lane];
-            }
-            const int row = i < 2 ? row0 : row1;
-            const int col = 8 * n + 2 * t + i % 2;
-            if (row < nrows && col < ncols_dst) {
-                dst[col * stride_col_dst + row] = sum;
-            }
-        }
-    }
+    mma_write<NT>(acc, dst, nrows, ncols_dst, stride_col_dst, row0, row1, t);
 }
 
 // Q6_K: 16 sub-blocks of 16 values with an int8 scale each, so one m16n8k16 mma per 16 values. Value
@@ -231,13 +243,7 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
     const block_q8_1 * yb[NT];
     const block_q8_1 * yc0[NT];
     const block_q8_1 * yc1[NT];
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-        const int cb = 8 * n + g, c0 = 8 * n + 2 * t, c1 = c0 + 1;
-        yb[n]  = y + (cb < ncols_dst ? cb : 0) * stride_col_y;
-        yc0[n] = y + (c0 < ncols_dst ? c0 : 0) * stride_col_y;
-        yc1[n] = y + (c1 < ncols_dst ? c1 : 0) * stride_col_y;
-    }
+    mma_columns<NT>(y, ncols_dst, stride_col_y, g, t, yb, yc0, yc1);
 
     float acc[NT][4] = {};
 
@@ -247,15 +253,15 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
         int                ql0[8], ql1[8], qh0[4], qh1[4], sc0[4], sc1[4];
 #pragma unroll
         for (int i = 0; i < 8; ++i) { // i = 4h + 2(j%2) + e: bytes 64h + 32(j%2) + 16e + 4t
-            ql0[i] = load_int_b2(b0->ql, 4 * i + t);
-            ql1[i] = load_int_b2(b1->ql, 4 * i + t);
+            ql0[i] = get_int_b2(b0->ql, 4 * i + t);
+            ql1[i] = get_int_b2(b1->ql, 4 * i + t);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) { // i = 2h + e: bytes 32h + 16e + 4t
-            qh0[i] = load_int_b2(b0->qh, 4 * i + t);
-            qh1[i] = load_int_b2(b1->qh, 4 * i + t);
-            sc0[i] = load_int_b2(b0->scales, i);
-            sc1[i] = load_int_b2(b1->scales, i);
+            qh0[i] = get_int_b2(b0->qh, 4 * i + t);
+            qh1[i] = get_int_b2(b1->qh, 4 * i + t);
+            sc0[i] = get_int_b2(b0->scales, i);
+            sc1[i] = get_int_b2(b1->scales, i);
         }
         const float d0 = __half2float(b0->d);
         const float d1 = __half2float(b1->d);
@@ -266,8 +272,8 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
         for (int n = 0; n < NT; ++n) {
 #pragma unroll
             for (int blk = 0; blk < 8; ++blk) {
-                b[n][blk][0] = load_int(yb[n][8 * sb + blk].qs, t);
-                b[n][blk][1] = load_int(yb[n][8 * sb + blk].qs, 4 + t);
+                b[n][blk][0] = get_int_b4(yb[n][8 * sb + blk].qs, t);
+                b[n][blk][1] = get_int_b4(yb[n][8 * sb + blk].qs, 4 + t);
                 ds0[n][blk]  = yc0[n][8 * sb + blk].ds;
                 ds1[n][blk]  = yc1[n][8 * sb + blk].ds;
             }
@@ -306,34 +312,7 @@ __launch_bounds__(MMA_WARPS * WARP_SIZE, 1) static __global__
         }
     }
 
-    __shared__ float partial[MMA_WARPS][NT][4][WARP_SIZE];
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            partial[warp][n][i][lane] = acc[n][i];
-        }
-    }
-    __syncthreads();
-    if (warp != 0) {
-        return;
-    }
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int w = 0; w < MMA_WARPS; ++w) {
-                sum += partial[w][n][i][lane];
-            }
-            const int row = i < 2 ? row0 : row1;
-            const int col = 8 * n + 2 * t + i % 2;
-            if (row < nrows && col < ncols_dst) {
-                dst[col * stride_col_dst + row] = sum;
-            }
-        }
-    }
+    mma_write<NT>(acc, dst, nrows, ncols_dst, stride_col_dst, row0, row1, t);
 }
 
 // GGML_CUDA_MMVQ_MMA: unset = on where measured (Hopper: H100/H200), 1 = on for every NVIDIA GPU from
