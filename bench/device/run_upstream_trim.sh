@@ -12,10 +12,11 @@
 # counts (random: any subset costs the same) and each trimmed file are made on the box.
 # Knobs: TRIMS ("8192"; "none" = pymtp without a draft vocabulary), K (3), RATES (0.917,0.837,0.648),
 # UPSTREAM_ENV (the upstream servers' environment: by default the knobs that switch pymtp's ggml-cuda
-# patches 0011, 0018 and 0022 back to upstream's behaviour, since they share pymtp's ggml libraries;
+# patches 0011, 0018, 0022, 0023 and 0024 back to upstream's behaviour, since they share pymtp's ggml libraries;
 # patch 0016 has no knob and stays, which helps upstream; "none" = no knobs), PYMTP_ENV (the pymtp
 # server's environment, e.g. a ggml-cuda knob under test), TAG (a suffix for the result files),
-# PARALLEL (1: slots per server and concurrent clients; the aggregate tok/s), REQUESTS (8).
+# PARALLEL (1: slots per server and concurrent clients; the aggregate tok/s), REQUESTS (8),
+# MODEL (qwen35-27b, or qwen35moe-35b-a3b: the realistic shape).
 set -uo pipefail
 OUT=${OUT:-/tmp/pymtp-out}
 mkdir -p "$OUT"
@@ -35,25 +36,27 @@ fi
 # the pristine binaries keep their own libllama; ggml comes from pymtp (same SONAMEs)
 rm -f $P/bin/libggml*.so*; for f in "$site"/lib/libggml*.so*; do ln -sf "$f" "$P/bin/"; done
 $P/bin/llama-server --list-devices 2>&1 | tail -n 2
-m=/tmp/qwen35-27b.gguf
+MODEL=${MODEL:-qwen35-27b}
+m=/tmp/$MODEL.gguf
+tag=$([ "$MODEL" = qwen35-27b ] && echo 27b || echo "$MODEL")
 if [ ! -f $m ]; then
-    python3 -m pymtp_devtools.realistic qwen35-27b $m --vocab-file .dev/call1/ggml-vocab-qwen35.gguf 2>&1 | tail -n 1
+    python3 -m pymtp_devtools.realistic $MODEL $m --vocab-file .dev/call1/ggml-vocab-qwen35.gguf 2>&1 | tail -n 1
 fi
 [ -f /tmp/counts27b.npz ] || python3 -c "import numpy as np; c = np.random.default_rng(0).zipf(1.3, 248320); \
 np.savez('/tmp/counts27b.npz', train=c.astype(np.int64), val=c.astype(np.int64))"
-upstream_env=${UPSTREAM_ENV:-GGML_CUDA_GRAPH_KEY_BY_NODE=1 GGML_CUDA_GRAPH_REWARM=1 GGML_CUDA_MMVQ_MMA=0}
+upstream_env=${UPSTREAM_ENV:-GGML_CUDA_GRAPH_KEY_BY_NODE=1 GGML_CUDA_GRAPH_REWARM=1 GGML_CUDA_MMVQ_MMA=0 GGML_CUDA_NO_CPY_BATCH=1 GGML_CUDA_MMVF_F32_SMALL=0}
 [ "$upstream_env" = none ] && upstream_env=
 say "upstream servers' environment: ${upstream_env:-(none)}; pymtp server's: ${PYMTP_ENV:-(none)}"
 for n in ${TRIMS:-8192}; do
-    if [ "$n" != none ] && [ ! -f /tmp/q27-$n.mtp.gguf ]; then
-        (cd /tmp && pymtp trim $m -n $n -o /tmp/q27-$n.mtp.gguf --counts /tmp/counts27b.npz 2>&1 | tail -n 1)
+    if [ "$n" != none ] && [ ! -f /tmp/$tag-$n.mtp.gguf ]; then
+        (cd /tmp && pymtp trim $m -n $n -o /tmp/$tag-$n.mtp.gguf --counts /tmp/counts27b.npz 2>&1 | tail -n 1)
     fi
-    say "upstream vs pymtp, 27B shape, draft vocabulary $n, k=${K:-3}, ${PARALLEL:-1} slot(s)"
+    say "upstream vs pymtp, $MODEL, draft vocabulary $n, k=${K:-3}, ${PARALLEL:-1} slot(s)"
     python3 bench/upstream_vs_pymtp.py $m --upstream-bin $P/bin/llama-server --ngl 99 \
         --synthetic-rates "${RATES:-0.917,0.837,0.648}" --n-draft "${K:-3}" --requests "${REQUESTS:-8}" -n 128 \
         --ctx 2048 --parallel "${PARALLEL:-1}" \
-        --pymtp-extra="$([ "$n" = none ] || echo --mtp-head /tmp/q27-$n.mtp.gguf)" \
+        --pymtp-extra="$([ "$n" = none ] || echo --mtp-head /tmp/$tag-$n.mtp.gguf)" \
         --upstream-env "$upstream_env" --pymtp-env "${PYMTP_ENV:-}" \
-        --log-dir "$OUT/logs-$n" --out "$OUT/uvp-27b-trim$n-k${K:-3}-np${PARALLEL:-1}${TAG:-}.json" 2>&1 | grep -A 7 '^config'
+        --log-dir "$OUT/logs-$n" --out "$OUT/uvp-$tag-trim$n-k${K:-3}-np${PARALLEL:-1}${TAG:-}.json" 2>&1 | grep -A 7 '^config'
 done
 say done
