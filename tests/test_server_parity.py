@@ -92,6 +92,9 @@ def cases(prompt: str) -> list[tuple[str, dict]]:
         ("/completion", dict(prompt=prompt, n_predict=20, temperature=0, n_probs=4, post_sampling_probs=True)),
         ("/completion", dict(prompt=prompt, n_predict=20, top_k=1, n_probs=2, post_sampling_probs=True,
                              repeat_penalty=1.3, stop=["a"])),
+        # no probabilities asked: on a GPU the verify rows are sampled there (patch 0025)
+        ("/completion", dict(prompt=prompt, n_predict=20, temperature=0)),
+        ("/v1/chat/completions", dict(messages=chat, max_tokens=20, temperature=0)),
     ]
     streamed = []
     for path, body in out:

@@ -621,6 +621,11 @@ int32_t llama_mtp_verify(llama_mtp * m, llama_sampler * chain, int32_t row0, int
     return n_out;
 }
 
+bool llama_mtp_verify_on_backend(const llama_mtp * m) {
+    static const bool on_host = std::getenv("PYMTP_VERIFY_ON_HOST") != nullptr;
+    return m != nullptr && m->ctrl.graphs && !on_host;
+}
+
 void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, double ms) {
     if (m == nullptr || m->ctrl.pending <= 0 || n_seqs < 1) {
         return;

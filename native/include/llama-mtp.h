@@ -188,6 +188,14 @@ LLAMA_API int32_t llama_mtp_draft(struct llama_mtp * mtp, struct llama_sampler *
 LLAMA_API int32_t llama_mtp_verify(struct llama_mtp * mtp, struct llama_sampler * chain, int32_t row0, int32_t n_draft,
                                    llama_token * out, int32_t n_out_max);
 
+// Whether the verify rows are best sampled where the target computes them: true where it decodes on a
+// GPU. A caller whose request verifies by exact match on the top token (greedy drafts at temperature
+// <= 0, no token probabilities asked) then sets its chain as the target context's backend sampler
+// (llama_set_sampler): the chain samples each verify row on the GPU and only the tokens come back,
+// instead of (n_draft + 1) rows of logits sampled on the CPU. llama_mtp_verify takes the backend's
+// tokens through llama_sampler_sample. PYMTP_VERIFY_ON_HOST=1 in the environment makes it false (A/B).
+LLAMA_API bool llama_mtp_verify_on_backend(const struct llama_mtp * mtp);
+
 // ---- Adaptive draft length ----
 // With the controller on, each step drafts between 0 (a plain decode) and k_max tokens, whatever it
 // expects to emit the most tokens per second: it learns on the running machine what a plain step, a
