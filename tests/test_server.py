@@ -14,6 +14,7 @@ import urllib.request
 
 import pytest
 
+from gpu import NGL
 from server_harness import (
     CHAT,
     CTX,
@@ -78,6 +79,8 @@ def test_timings_report_mtp_stats(servers):
     _, r = completion_text(s, PROMPTS[0], stream=False)
     m = mtp_timings(r)
     assert m["verify"] == "engine" and m["mode"] == "greedy"
+    # a greedy request without probabilities: its verify rows are sampled on the GPU (patch 0025)
+    assert m["verify_sampling"] == ("backend" if NGL else "cpu")
     assert m["drafted"] > 0 and 0 <= m["accepted"] <= m["drafted"]
     assert m["steps"] > 0 and m["mean_accepted_length"] == pytest.approx(1 + m["accepted"] / m["steps"])
     assert 1 <= len(m["acceptance_per_position"]) <= 3

@@ -125,6 +125,27 @@ def test_every_response_field_equals_mtp_off(servers, arch):
     assert sum(mtp_accepted(on, p) for p in PROMPTS[:3]) > 0
 
 
+def test_greedy_verify_rows_sampled_by_the_backend(servers, monkeypatch):
+    """Patch 0025's path: a greedy request without probabilities has its verify rows sampled by the
+    target context's backend sampler (the default on a GPU; forced on any backend by
+    PYMTP_VERIFY_ON_BACKEND=1). Every field equals MTP off's; a request with probabilities still has
+    its rows sampled on the CPU."""
+    monkeypatch.setenv("PYMTP_VERIFY_ON_BACKEND", "1")
+    on = servers("qwen35", "on", ctx=1024)  # a server of its own, started with the variable set
+    off = servers("qwen35", "off", ctx=1024)
+    for prompt in PROMPTS[:3]:
+        chat = [{"role": "user", "content": prompt}]
+        for path, body in [("/completion", dict(prompt=prompt, n_predict=24, temperature=0)),
+                           ("/completion", dict(prompt=prompt, n_predict=24, temperature=0, stream=True)),
+                           ("/v1/chat/completions", dict(messages=chat, max_tokens=24, temperature=0))]:
+            a, b = request(on, path, body), request(off, path, body)
+            assert_same(strip(a), strip(b), f"backend verify {path} {body}")
+    r = request(on, "/completion", dict(prompt=PROMPTS[0], n_predict=24, temperature=0))
+    assert r["timings"]["mtp"]["verify_sampling"] == "backend" and r["timings"]["mtp"]["accepted"] > 0
+    r = request(on, "/completion", dict(prompt=PROMPTS[0], n_predict=24, temperature=0, n_probs=2))
+    assert r["timings"]["mtp"]["verify_sampling"] == "cpu"
+
+
 def test_drafted_tokens_have_real_logprobs(servers):
     """The upstream fault itself: with MTP, tokens after a step's first had logprob 0 and no alternatives."""
     on = servers("glm4moe", "on")

@@ -622,8 +622,10 @@ int32_t llama_mtp_verify(llama_mtp * m, llama_sampler * chain, int32_t row0, int
 }
 
 bool llama_mtp_verify_on_backend(const llama_mtp * m) {
+    // PYMTP_VERIFY_ON_HOST=1: never (A/B runs); PYMTP_VERIFY_ON_BACKEND=1: on any backend (tests on the CPU)
     static const bool on_host = std::getenv("PYMTP_VERIFY_ON_HOST") != nullptr;
-    return m != nullptr && m->ctrl.graphs && !on_host;
+    static const bool forced  = std::getenv("PYMTP_VERIFY_ON_BACKEND") != nullptr;
+    return m != nullptr && !on_host && (m->ctrl.graphs || forced);
 }
 
 void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, double ms) {

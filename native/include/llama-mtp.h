@@ -193,7 +193,8 @@ LLAMA_API int32_t llama_mtp_verify(struct llama_mtp * mtp, struct llama_sampler 
 // <= 0, no token probabilities asked) then sets its chain as the target context's backend sampler
 // (llama_set_sampler): the chain samples each verify row on the GPU and only the tokens come back,
 // instead of (n_draft + 1) rows of logits sampled on the CPU. llama_mtp_verify takes the backend's
-// tokens through llama_sampler_sample. PYMTP_VERIFY_ON_HOST=1 in the environment makes it false (A/B).
+// tokens through llama_sampler_sample. In the environment, PYMTP_VERIFY_ON_HOST=1 makes it false (A/B
+// runs) and PYMTP_VERIFY_ON_BACKEND=1 true on any backend (tests of that path on the CPU).
 LLAMA_API bool llama_mtp_verify_on_backend(const struct llama_mtp * mtp);
 
 // ---- Adaptive draft length ----

@@ -61,6 +61,7 @@ common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request &
         { "parallel", mtp ? llama_mtp_parallel(mtp) : 0 },
         { "head_policy", req.head_policy },
         { "verify", engine ? "engine" : "grammar" },
+        { "verify_sampling", req.verify_on_backend ? "backend" : "cpu" },
         { "drafted", n_drafted },
         { "accepted", n_accepted },
         { "steps", n_steps },

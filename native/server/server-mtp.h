@@ -21,8 +21,10 @@ struct server_mtp_request {
     int64_t                       slot_accepted;
     int64_t                       slot_steps;
     const std::vector<uint64_t> * slot_accepted_per_pos;
+    bool                          verify_on_backend; // the verify rows were sampled by the target's backend sampler
 };
 
-// The response's "timings.mtp": mode, heads, drafted, accepted, steps, per-position acceptance, mean
-// accepted length, draft / verify / catch-up ms, and what the adaptive controller did ("adaptive").
+// The response's "timings.mtp": mode, heads, how drafts were verified and where the verify rows were
+// sampled ("backend" or "cpu"), drafted, accepted, steps, per-position acceptance, mean accepted length,
+// draft / verify / catch-up ms, and what the adaptive controller did ("adaptive").
 common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request & req);
