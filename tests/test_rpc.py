@@ -76,7 +76,8 @@ def test_python_api_splits_the_model_across_two_rpc_servers(arch, tiny_model_pat
 
 def test_llama_server_with_rpc_answers_like_a_local_one(models, servers, rpc_servers, tmp_path):
     local = servers("glm4moe", "on")
-    remote = Server(models["glm4moe"], tmp_path / "server-rpc.log", mtp="on", rpc=rpc_servers)
+    # -lv 4: the log names each device's buffers (the default level shows RPC0 only in an incidental warning)
+    remote = Server(models["glm4moe"], tmp_path / "server-rpc.log", mtp="on", rpc=rpc_servers, extra=("-lv", "4"))
     try:
         body = {"prompt": "The quick brown fox", "n_predict": 48, "temperature": 0, "mtp_n_draft": 3}
         (sa, a), (sb, b) = local.post("/completion", body), remote.post("/completion", body)
@@ -86,7 +87,8 @@ def test_llama_server_with_rpc_answers_like_a_local_one(models, servers, rpc_ser
     finally:
         remote.stop()
     log = (tmp_path / "server-rpc.log").read_text()
-    assert "RPC0[" in log, log[-3000:]
+    for endpoint in rpc_servers.split(","):  # weights on both rpc-servers
+        assert f"[{endpoint}] model buffer size" in log, log[-3000:]
     for i in range(2):   # llama-server connected to both (its layers are split between them)
         assert "Accepted client connection" in (tmp_path / f"rpc-{i}.log").read_text()
 
