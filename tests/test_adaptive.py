@@ -139,22 +139,24 @@ def test_no_plain_windows_where_drafting_clearly_wins(auto_pair):
 
 
 def test_the_mtp_side_sleeps_while_drafting_keeps_losing(tiny_model_path):
-    """512 steps in a row without drafting chosen: the MTP side sleeps (no hidden-state output, no
-    catch-up, every step plain) for 1024 steps, then wakes, rebuilds its KV and probes; pinned again
-    with cheap drafts it drafts at once. Output equal to MTP off throughout."""
+    """128 steps in a row without drafting chosen, its measured costs far behind plain decoding (512
+    where it is close): the MTP side sleeps (no hidden-state output, no catch-up, every step plain) for
+    1024 steps, then wakes, rebuilds its KV and probes; pinned again with cheap drafts it drafts at
+    once. Output equal to MTP off throughout."""
     path = tiny_model_path("glm4moe")
     kw = dict(n_ctx=2048, n_batch=64, n_threads=1, n_gpu_layers=NGL)
     with pymtp.Model(path, mtp="on", **kw) as on, pymtp.Model(path, mtp="off", **kw) as off:
         prompt = PROMPTS[0]
-        ref = off.generate(prompt, max_tokens=1700, temperature=0.0)
+        n = 1250
+        ref = off.generate(prompt, max_tokens=n, temperature=0.0)
         pin(on, *DEAR)
-        got = on.generate(prompt, max_tokens=1700, temperature=0.0)
+        got = on.generate(prompt, max_tokens=n, temperature=0.0)
         a = got.stats.adaptive
         assert got.tokens == ref.tokens
-        # asleep from the step after the 512th quiet one for exactly 1024 steps (the next sleep would
-        # start 512 steps after waking, past the end)
+        # asleep from the step after the 128th quiet one for exactly 1024 steps (the next sleep would
+        # start 128 steps after waking, past the end); awake, the rows wait in the queue
         assert a["dormant_steps"] == 1024, a
-        assert a["plain_share"] > 0.95 and a["deferred_rows"] < 1700 - 1024, a
+        assert a["plain_share"] > 0.95 and 100 < a["deferred_rows"] < n - 1024, a
         pin(on, *CHEAP)  # wakes the engine: cheap drafts are chosen at once
         again = on.generate(prompt, max_tokens=120, temperature=0.0)
         assert again.tokens == ref.tokens[:120]

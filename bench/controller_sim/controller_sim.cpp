@@ -155,7 +155,7 @@ class sim {
                     if (k > 0 && !c.probing) {
                         c.quiet_run = 0;
                         c.sleep_len = mtp::controller::SLEEP_MIN;
-                    } else if (++c.quiet_run >= mtp::controller::QUIET && k == 0) {
+                    } else if (++c.quiet_run >= c.quiet_limit() && k == 0) {
                         dormant     = true; // the queue and the MTP KV are dropped
                         queue       = 0;
                         sleep_left  = c.sleep_len;
@@ -377,7 +377,7 @@ int main(int argc, char ** argv) {
     for (int32_t n = 1; n <= cap + 1; ++n) {
         std::printf("%s%.3f", n > 1 ? ", " : "", c.target_cost(n));
     }
-    std::printf("], \"block_ms_per_step\": [");
+    std::printf("], \"block_cost_per_step\": [");
     for (int32_t k = 0; k <= cap; ++k) {
         std::printf("%s%.3f", k > 0 ? ", " : "", c.blk[k].get());
     }

@@ -194,7 +194,7 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
             if (k > 0 && !m->ctrl.probing) {
                 m->ctrl.quiet_run = 0; // drafting chosen: awake, and the next sleep short again
                 m->ctrl.sleep_len = mtp::controller::SLEEP_MIN;
-            } else if (++m->ctrl.quiet_run >= mtp::controller::QUIET && k == 0) {
+            } else if (++m->ctrl.quiet_run >= m->ctrl.quiet_limit() && k == 0) {
                 m->sleep(); // plain decoding has kept winning: this step is the first asleep
             }
         }

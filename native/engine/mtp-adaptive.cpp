@@ -145,13 +145,14 @@ int32_t controller::plan(int32_t k_cap) {
     if (blocky()) {
         return plan_block(k_cap);
     }
-    block_left      = 0;
+    block_left           = 0;
     // the rate of each choice now, a change of decode size included (long-run rates without it)
-    auto    now     = [&](int32_t k) { return ratio(k, switch_cost(k + 1)); };
-    int32_t best_k  = 0;
-    double  best    = now(0);
-    int32_t probe_k = 0;
-    double  probe   = 0.0;
+    auto         now     = [&](int32_t k) { return ratio(k, switch_cost(k + 1)); };
+    const double plain_r = now(0);
+    int32_t      best_k  = 0;
+    double       best    = LEAD * plain_r; // what drafting must beat (see LEAD)
+    int32_t      probe_k = 0;
+    double       probe   = 0.0;
     for (int32_t k = 1; k <= k_cap; ++k) {
         const double r = now(k);
         if (r > best) {
@@ -163,7 +164,9 @@ int32_t controller::plan(int32_t k_cap) {
             probe_k = k;
         }
     }
-    rate = best;
+    best   = best_k > 0 ? best : plain_r;
+    rate   = best;
+    behind = best_k > 0 ? 1.0 : plain_r / (1.0 - AWAKE) / std::max(probe, 1e-12);
     if (best_k > 0) {
         plain_run              = 0;
         // drafting leads: re-time a plain step now and then, by the same rule as the probes below (the
@@ -205,8 +208,9 @@ void controller::stepped(int32_t n_tok, double ms) {
     }
     own_loop = true;
     if (hold && ++blk_seen > BLK_SKIP && k_last == block_k) { // block mode: its steady steps, end to end
-        blk_ms += ms;
-        blk_steps++;
+        const double unit = block_unit();
+        blk_time += unit > 0.0 ? ms / unit : 0.0;
+        blk_steps += unit > 0.0 ? 1 : 0;
     }
     if (window_left <= 0) { // the first window decides freely
         window_left = WINDOW;
@@ -252,10 +256,10 @@ void controller::next_window() {
     }
     // the policy that leads, the other one every CHECK-th window; while free windows keep failing their
     // checks, they come every 2nd, then 4th CHECK-th window (each one costs while drafting loses)
-    const bool    behind = vetoed();
-    const int64_t period = behind ? (int64_t) CHECK << std::min(n_failed_checks, 2) : CHECK;
-    window_check         = n_windows % period == 0;
-    window_plain         = behind != window_check;
+    const bool    lagging = vetoed();
+    const int64_t period  = lagging ? (int64_t) CHECK << std::min(n_failed_checks, 2) : CHECK;
+    window_check          = n_windows % period == 0;
+    window_plain          = lagging != window_check;
 }
 
 int32_t controller::plan_block(int32_t k_cap) {
@@ -269,36 +273,43 @@ int32_t controller::plan_block(int32_t k_cap) {
         const int32_t blen = block_len();
         // the block that ended, end to end (own loop): the time per step its length realized
         if (block_k >= 0 && blk_steps >= 3) {
-            blk[std::clamp(block_k, 0, K)].add(blk_ms, blk_steps, BLK_KEEP);
+            blk[std::clamp(block_k, 0, K)].add(blk_time, blk_steps, BLK_KEEP);
         }
-        blk_ms    = 0.0;
+        blk_time  = 0.0;
         blk_steps = blk_seen = 0;
         // each length's time per step: realized where its blocks ran (only the engine's own loop times
         // blocks), else modelled and scaled by realized/modelled over the lengths that ran (the model
         // misses what lands between its timed parts)
-        double real = 0.0, model = 0.0;
+        const double unit    = block_unit(); // realized block costs are kept in this unit
+        double       real = 0.0, model = 0.0;
         for (int32_t k = 0; k <= k_cap; ++k) {
             if (blk[k].n > 0.0) {
-                real += blk[k].get();
+                real += blk[k].get() * unit;
                 model += step_time(k);
             }
         }
         const double  scale  = model > 0.0 ? real / model : 1.0;
-        auto          time_k = [&](int32_t k) { return blk[k].n > 0.0 ? blk[k].get() : scale * step_time(k); };
+        auto          time_k = [&](int32_t k) { return blk[k].n > 0.0 ? blk[k].get() * unit : scale * step_time(k); };
         auto          rate_k = [&](int32_t k) { return tokens(k) / std::max(time_k(k), 1e-12); };
         // a new block: the best steady rate, a change of size charged over the block
         const int32_t cur    = block_k < 0 ? 0 : block_k;
         int32_t       best_k = 0;
         double        best   = 0.0;
         for (int32_t k = 0; k <= k_cap; ++k) {
-            const double r = tokens(k) / (time_k(k) + (k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / blen));
-            if (r > best) {
-                best   = r;
+            const double r     = tokens(k) / (time_k(k) + (k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / blen));
+            const double score = k == 0 ? LEAD * r : r; // drafting must beat plain by LEAD
+            if (score > best) {
+                best   = score;
                 best_k = k;
             }
         }
-        auto known             = [&](int32_t k) { return k >= 0 && k <= k_cap && blk[k].n > 0.0; };
-        block_k                = best_k;
+        auto known        = [&](int32_t k) { return k >= 0 && k <= k_cap && blk[k].n > 0.0; };
+        block_k           = best_k;
+        double best_draft = 0.0;
+        for (int32_t k = 1; k <= k_cap; ++k) {
+            best_draft = std::max(best_draft, rate_k(k));
+        }
+        behind                 = best_k > 0 ? 1.0 : rate_k(0) / (1.0 - AWAKE) / std::max(best_draft, 1e-12);
         // neighbours: an unmeasured one gets the next block, a short one (so the lengths around the
         // choice are soon measured and the choice climbs to the best in a few blocks), otherwise every
         // 8th block in turn k+1, k-1, plain (only where blocks are timed: the engine's own loop;
@@ -311,9 +322,12 @@ int32_t controller::plan_block(int32_t k_cap) {
         // first: the model's verify costs come from the sizes run so far, and a curve flat near the top
         // (H100 27B shape: k=5..8 within 2%, a 9-token verify a matmul no dearer than 8 tokens) would
         // keep a neighbour-by-neighbour climb far from the best (k=8 run for 60 steps where 4 was best)
+        // While plain leads (best_k = 0), k=1 is the neighbour that tells whether drafting pays at all;
+        // longer lengths are swept only once some drafting length leads (on the CPU, plain far ahead, a
+        // k=2 sweep block had cost 8 steps at ~20% loss)
         int32_t      far       = -1;
         const double best_rate = rate_k(best_k);
-        for (int32_t d = 2; own_loop && far < 0 && d <= k_cap; ++d) {
+        for (int32_t d = 2; own_loop && best_k >= 1 && far < 0 && d <= k_cap; ++d) {
             for (const int32_t k : { best_k - d, best_k + d }) {
                 if (far < 0 && k >= 1 && k <= k_cap && !known(k) && rate_k(k) >= SWEEP * best_rate) {
                     far = k;
@@ -535,7 +549,7 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
     for (auto & b : blk) {
         b = realized_cost{};
     }
-    blk_ms    = 0.0;
+    blk_time  = 0.0;
     blk_steps = blk_seen = 0;
     window_plain         = false;
     window_check         = false;
@@ -543,6 +557,8 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
     n_free_windows       = 0;
     n_plain_windows      = 0;
     n_failed_checks      = 0;
+    quiet_run            = 0; // a new cost model: the quiet run towards sleeping restarts
+    behind               = 1.0;
     pinned               = plain_ms > 0.0;
     if (!pinned) {
         return;

@@ -113,6 +113,18 @@ struct controller {
     static constexpr double  WIN_KEEP = 0.8;  // window rates: ~5 recent windows of each policy
     static constexpr double  VETO     = 0.98; // drafting is vetoed while its windows run below this x plain
     static constexpr int64_t QUIET = 512; // own loop: steps in a row without drafting chosen before the MTP side sleeps
+    static constexpr int64_t QUIET_FAR = 128; //   and where drafting is measured far behind (see quiet_limit)
+    static constexpr double  FAR    = 1.05;   //   "far": plain decoding's long-run rate this much above drafting's best
+    // Near break-even the choice leans to plain decoding: a plain step while awake costs AWAKE more than
+    // one asleep (the hidden state output and the deferred rows: H100, SmolLM2 2.4%; this 2-core CPU
+    // ~1.7%), which is what plain decoding costs in the long run (it sleeps), and the model's own errors
+    // there run optimistic for drafting (acceptance learned from ~100 drafts, a length's block cost the
+    // recent average of noisy blocks it kept winning: +1.5-3% in the simulator), so drafting must also
+    // lead by MARGIN. Drafting is chosen over plain decoding only where its modelled rate is LEAD x
+    // plain's (awake) rate.
+    static constexpr double  AWAKE  = 0.02;
+    static constexpr double  MARGIN = 0.02;
+    static constexpr double  LEAD   = (1.0 + MARGIN) / (1.0 - AWAKE);
     static constexpr int64_t SLEEP_MIN    = 1024;  // own loop: steps of the first sleep; a sleep whose waking finds
     static constexpr int64_t SLEEP_MAX    = 16384; //   nothing to draft doubles the next one, up to this
     static constexpr int64_t WAKE_PROBE   = 32;    // steps after waking (the MTP KV rebuilding) before a probe
@@ -168,41 +180,44 @@ struct controller {
     // steps, rebuilds the MTP KV from there on (the head sees a shorter context at first: only speed
     // depends on it) and probes after WAKE_PROBE steps.
     int64_t       quiet_run       = 0; // own loop: steps since the controller last chose to draft (probes: quiet)
-    int64_t       sleep_len       = SLEEP_MIN;    // the next sleep's length
-    int64_t       wake_probe      = 0;            // steps left until the probe after waking (0: none pending)
-    int32_t       cold_drafts     = COLD_DRAFTS;  // draft decodes left untimed (new graphs: at the start, after waking)
-    int32_t       cold_targets    = COLD_TARGETS; // target decodes left untimed (the same)
-    bool          window_check    = false;        // the current window runs the policy that is behind
-    double        window_tok      = 0.0;
-    double        window_ms       = 0.0;
+    double  behind      = 1.0; // the last plan: plain decoding's long-run (asleep) rate over the best drafting length's
+                               //   (1: drafting leads)
+    int64_t sleep_len   = SLEEP_MIN;     // the next sleep's length
+    int64_t wake_probe  = 0;             // steps left until the probe after waking (0: none pending)
+    int32_t cold_drafts = COLD_DRAFTS;   // draft decodes left untimed (new graphs: at the start, after waking)
+    int32_t cold_targets = COLD_TARGETS; // target decodes left untimed (the same)
+    bool    window_check = false;        // the current window runs the policy that is behind
+    double  window_tok   = 0.0;
+    double  window_ms    = 0.0;
 
     // ---- the current step ----
-    int32_t            mode            = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
-    int32_t            load            = 1;   // sequences in the target batch (last reported)
-    double             rate            = 0.0; // R: tokens per ms the step must beat
-    double             p_all           = 1.0; // probability that every draft kept so far is accepted
-    bool               probing         = false;
-    bool               plain           = false; // this step drafts nothing (catch-up may be deferred)
-    int32_t            pending         = 0;     // tokens of this sequence in the coming target decode (caller-decoded)
-    int32_t            step_cap        = 0;     // the most this step may draft (plan's cap)
-    int32_t            n_prev[2]       = {};    // sizes of the last two target decodes of this sequence
-    int64_t            plain_run       = 0;     // plain steps since the last drafting one
-    int64_t            draft_run       = 0;     // drafting steps since the last plain one
-    int64_t            n_stops         = 0;     // drafts stopped by the rule (every 16th goes one further)
-    bool               extending       = false; // this draft explores one position past the rule's stop
-    bool               hold            = false; // block mode: this step drafts exactly its planned length
-    int32_t            block_k         = -1;    // block mode: the draft length of the current block
-    int32_t            block_left      = 0;     // block mode: steps left in it
-    int64_t            n_blocks        = 0;
-    int64_t            blk_since_probe = 0;     // block mode: blocks since one tried a neighbour
-    bool               blk_probe       = false; // block mode: the current block tries a neighbour
-    realized_cost      blk[K + 1];        // block mode, own loop: ms per step realized by recent blocks of each length
-    double             blk_ms    = 0.0;   // the current block's steady steps so far (end to end, caller included)
-    int32_t            blk_steps = 0;     //   (steps that drafted the block's length, after its first BLK_SKIP)
-    int32_t            blk_seen  = 0;     // steps of the current block so far
-    int32_t            k_last    = 0;     // what the last step drafted
-    bool               own_loop  = false; // whole steps are timed (the engine's own loop; a one-slot llama-server)
-    std::vector<float> conf;              // confidence of each kept draft of this step (< 0: unknown)
+    int32_t       mode            = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
+    int32_t       load            = 1;   // sequences in the target batch (last reported)
+    double        rate            = 0.0; // R: tokens per ms the step must beat
+    double        p_all           = 1.0; // probability that every draft kept so far is accepted
+    bool          probing         = false;
+    bool          plain           = false; // this step drafts nothing (catch-up may be deferred)
+    int32_t       pending         = 0;     // tokens of this sequence in the coming target decode (caller-decoded)
+    int32_t       step_cap        = 0;     // the most this step may draft (plan's cap)
+    int32_t       n_prev[2]       = {};    // sizes of the last two target decodes of this sequence
+    int64_t       plain_run       = 0;     // plain steps since the last drafting one
+    int64_t       draft_run       = 0;     // drafting steps since the last plain one
+    int64_t       n_stops         = 0;     // drafts stopped by the rule (every 16th goes one further)
+    bool          extending       = false; // this draft explores one position past the rule's stop
+    bool          hold            = false; // block mode: this step drafts exactly its planned length
+    int32_t       block_k         = -1;    // block mode: the draft length of the current block
+    int32_t       block_left      = 0;     // block mode: steps left in it
+    int64_t       n_blocks        = 0;
+    int64_t       blk_since_probe = 0;     // block mode: blocks since one tried a neighbour
+    bool          blk_probe       = false; // block mode: the current block tries a neighbour
+    realized_cost blk[K + 1];              // block mode, own loop: time per step realized by recent blocks of each
+                                           //   length (in block_unit)
+    double  blk_time  = 0.0;   // the current block's steady steps so far, in block_unit (end to end, caller included)
+    int32_t blk_steps = 0;     //   (steps that drafted the block's length, after its first BLK_SKIP)
+    int32_t blk_seen  = 0;     // steps of the current block so far
+    int32_t k_last    = 0;     // what the last step drafted
+    bool    own_loop  = false; // whole steps are timed (the engine's own loop; a one-slot llama-server)
+    std::vector<float> conf;   // confidence of each kept draft of this step (< 0: unknown)
 
     // ---- what it did (reset with the engine's stats) ----
     int64_t steps_k[K + 1] = {};
@@ -213,9 +228,13 @@ struct controller {
     int64_t n_vetoed       = 0;
     int64_t n_dormant      = 0; // own loop: steps decoded while the MTP side slept
 
-    bool on() const { return k_max > 0; }
+    bool    on() const { return k_max > 0; }
+    // own loop: quiet steps before the MTP side sleeps. Where drafting's costs are measured and it is far
+    // behind, sooner: each probe that waking would spare costs in proportion to the gap (the 2-core CPU,
+    // SmolLM2, drafting ~11% behind: awake, the probes and check blocks of a 1024-step run cost ~1-2%)
+    int64_t quiet_limit() const { return draft.n >= 3 && behind >= FAR ? QUIET_FAR : QUIET; }
     // free windows were measured slower than plain ones (end to end)
-    bool vetoed() const {
+    bool    vetoed() const {
         return !clear() && real_plain.n > 0.0 && real_draft.n > 0.0 && real_draft.get() < VETO * real_plain.get();
     }
     // free windows run so far above the model's plain rate that plain windows would only cost time
@@ -245,6 +264,13 @@ struct controller {
     // block mode: steps per block, so that a block's two changes of size (2 S) cost at most BLOCK_SHARE of
     // as many plain steps (BLOCK..BLOCK_MAX; a probe block is half as long)
     int32_t block_len() const;
+    // block mode: the unit of realized block costs. On a CPU, plain steps of now (the modelled plain
+    // step, which follows the latest plain decodes): its speed drifts (this 2-core machine: plain steps
+    // 10.2-13.8 ms within one run), and in ms a k=1 block timed while it ran fast beat plain blocks timed
+    // later while it ran slow, so drafting resumed where it lost ~15%. On a GPU, ms: its plain cost
+    // moves with graph captures and size changes, not with the machine (the simulated H100 with dear
+    // size changes drifted to k=4 at 0.91x where k=2 ran 1.01x, in plain steps).
+    double  block_unit() const { return graphs ? 1.0 : step_time(0); }
 
     // estimated time per sequence of a target decode holding n tokens of this sequence (ms)
     double target_cost(int32_t n) const;
