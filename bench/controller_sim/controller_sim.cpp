@@ -143,12 +143,9 @@ class sim {
                     k = 0;
                     c.n_dormant++;
                     if (--sleep_left <= 0) { // wake
-                        dormant        = false;
-                        c.wake_probe   = mtp::controller::WAKE_PROBE;
-                        c.cold_drafts  = mtp::controller::COLD_DRAFTS;
-                        c.cold_targets = mtp::controller::COLD_TARGETS;
-                        c.window_left  = 0;
-                        cold_left      = m.cold_n;
+                        dormant   = false;
+                        cold_left = m.cold_n;
+                        c.woke();
                     }
                 } else {
                     k = c.plan(k);

@@ -136,12 +136,9 @@ void llama_mtp::wake() {
         return;
     }
     llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
-    dormant           = false;
-    sleep_left        = 0;
-    ctrl.wake_probe   = mtp::controller::WAKE_PROBE;
-    ctrl.cold_drafts  = mtp::controller::COLD_DRAFTS;
-    ctrl.cold_targets = mtp::controller::COLD_TARGETS;
-    ctrl.window_left  = 0; // a fresh window (stepped() opens it): the sleeping steps are no window's
+    dormant    = false;
+    sleep_left = 0;
+    ctrl.woke();
 }
 
 int32_t llama_mtp::flush_deferred() {
