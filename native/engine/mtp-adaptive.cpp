@@ -601,16 +601,6 @@ void controller::woke() {
     cold_drafts  = COLD_DRAFTS;
     cold_targets = COLD_TARGETS;
     window_left  = 0; // a fresh window (stepped() opens it): the sleeping steps are no window's
-    for (int32_t m = 0; m < MODES; ++m) {
-        for (int32_t i = 0; i < K; ++i) {
-            acc[m][i].s *= STALE;
-            acc[m][i].n *= STALE;
-            for (auto & b : cal[m][i]) {
-                b.s *= STALE;
-                b.n *= STALE;
-            }
-        }
-    }
 }
 
 void controller::reset_stats() {

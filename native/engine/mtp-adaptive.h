@@ -329,14 +329,13 @@ struct controller {
             draft.add(draft.n >= 3 ? std::min(ms, 4.0 * draft.v) : ms);
         }
     }
-    // the MTP side woke (own loop): new graphs and KV, so the first decodes go untimed; a probe after
-    // WAKE_PROBE steps; and what acceptance was measured before the sleep counts STALE as much (it came
-    // from other text, and plain decoding measures none: a low estimate from one hard answer otherwise
-    // outweighed the probe that waking runs, and the engine slept again)
-    void                    woke();
-    static constexpr double STALE = 0.25;
+    // the MTP side woke (own loop): new graphs and KV, so the first decodes go untimed, and a probe
+    // after WAKE_PROBE steps. (Discounting the acceptance measured before the sleep, so that the probe's
+    // drafts would move it more, was tried: it pulled the estimate towards the optimistic prior, and on the
+    // H100 at T=0.7 auto drafted where every length lost, 0.87-0.91x of MTP off.)
+    void woke();
     // whether teacher-forced MTP rows may wait (plain decoding leads)
-    bool                    defer_catchup() const { return on() && plain && !probing; }
+    bool defer_catchup() const { return on() && plain && !probing; }
 
     // Diagnosis: with PYMTP_ADAPTIVE_TRACE=FILE in the environment, the engine's own loop appends one
     // line per step to FILE (tab-separated, a header first): what was planned and drafted, the step's
