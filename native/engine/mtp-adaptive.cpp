@@ -308,8 +308,9 @@ int32_t controller::plan_block(int32_t k_cap) {
         int32_t best_k = 0;
         double  best   = 0.0;
         for (int32_t k = 1; k <= k_cap; ++k) {
-            if (rate_now(k) > best) {
-                best   = rate_now(k);
+            const double r = rate_now(k);
+            if (r > best) {
+                best   = r;
                 best_k = k;
             }
         }

@@ -15,7 +15,8 @@
 //
 // A step that drafts k tokens is expected to emit E(k) = 1 + sum_{i<k} prod_{j<=i} a_j tokens in
 // C(k) = k D + T(k + 1) + W a_0. plan() takes the best ratio E/C over k = 0..k_cap as the rate R to
-// beat (renewal-reward: a decision pays when its expected tokens exceed R times its expected time).
+// beat (renewal-reward: a decision pays when its expected tokens exceed R times its expected time),
+// drafting only where it beats plain decoding by LEAD (near break-even the choice leans to plain).
 // Within the step, after each draft with confidence c, the draft is kept only if some length it leads to
 // pays at rate R (its probability of acceptance, the chain so far times a(i, c), plus the later ones,
 // against the verify rows and draft decodes they add), and the next one is drafted only if the same
