@@ -149,15 +149,10 @@ class sim {
                     }
                 } else {
                     k = c.plan(k);
-                    if (k > 0 && !c.probing) {
-                        c.quiet_run = 0;
-                        c.sleep_len = mtp::controller::SLEEP_MIN;
-                    } else if (++c.quiet_run >= c.quiet_limit() && k == 0) {
-                        dormant     = true; // the queue and the MTP KV are dropped
-                        queue       = 0;
-                        sleep_left  = c.sleep_len;
-                        c.sleep_len = std::min(2 * c.sleep_len, mtp::controller::SLEEP_MAX);
-                        c.quiet_run = 0;
+                    if (c.sleeps_now(k)) {
+                        dormant    = true; // the queue and the MTP KV are dropped
+                        queue      = 0;
+                        sleep_left = c.fell_asleep();
                     }
                 }
             }

@@ -191,10 +191,7 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
         } else {
             k      = m->ctrl.plan(k); // the most this step drafts; it may stop earlier
             k_plan = k;
-            if (k > 0 && !m->ctrl.probing) {
-                m->ctrl.quiet_run = 0; // drafting chosen: awake, and the next sleep short again
-                m->ctrl.sleep_len = mtp::controller::SLEEP_MIN;
-            } else if (++m->ctrl.quiet_run >= m->ctrl.quiet_limit() && k == 0) {
+            if (m->ctrl.sleeps_now(k)) {
                 m->sleep(); // plain decoding has kept winning: this step is the first asleep
             }
         }

@@ -166,7 +166,7 @@ int32_t controller::plan(int32_t k_cap) {
     }
     best   = best_k > 0 ? best : plain_r;
     rate   = best;
-    behind = best_k > 0 ? 1.0 : plain_r / (1.0 - AWAKE) / std::max(probe, 1e-12);
+    behind = best_k > 0 ? 1.0 : lag(plain_r, probe);
     if (best_k > 0) {
         plain_run              = 0;
         // drafting leads: re-time a plain step now and then, by the same rule as the probes below (the
@@ -328,7 +328,7 @@ int32_t controller::plan_block(int32_t k_cap) {
         for (int32_t k = 2; k <= k_cap; ++k) {
             best_draft_k = rate_k(k) > rate_k(best_draft_k) ? k : best_draft_k;
         }
-        behind                 = best_k > 0 ? 1.0 : rate_k(0) / (1.0 - AWAKE) / std::max(rate_k(best_draft_k), 1e-12);
+        behind                 = best_k > 0 ? 1.0 : lag(rate_k(0), rate_k(best_draft_k));
         // neighbours: an unmeasured one gets the next block, a short one (so the lengths around the
         // choice are soon measured and the choice climbs to the best in a few blocks), otherwise every
         // 8th block in turn k+1, k-1, plain (only where blocks are timed: the engine's own loop;
@@ -362,28 +362,23 @@ int32_t controller::plan_block(int32_t k_cap) {
                                           0;
         const bool    fresh = up_new || dn_new || far >= 0;
         n_blocks++;
-        blk_probe   = false;
-        int32_t len = blen;
+        // the length this block tries instead of the choice, a probe half a block long (-1: none)
+        int32_t probe_k = -1;
         if (woke && best_k == 0 && k_cap >= 1) {
-            blk_since_probe = 0;
-            block_k         = best_draft_k;
-            probing         = true;
-            blk_probe       = true;
-            len             = blen / 2;
-            n_probes++;
+            probe_k = best_draft_k;
         } else if (alt >= 0 && alt <= k_cap && alt != best_k) {
             const double  gap   = best_rate / std::max(rate_k(alt), 1e-12);
             const int64_t every = fresh ? 1 : (int64_t) (8.0 * std::clamp(std::pow(gap, 8.0), 1.0, 16.0));
-            if (++blk_since_probe >= every) {
-                blk_since_probe = 0;
-                block_k         = alt;
-                probing         = true;
-                blk_probe       = true;
-                len             = blen / 2;
-                n_probes++;
-            }
+            probe_k             = ++blk_since_probe >= every ? alt : -1;
         }
-        block_left = len - 1;
+        blk_probe = probe_k >= 0;
+        if (blk_probe) {
+            blk_since_probe = 0;
+            block_k         = probe_k;
+            probing         = true;
+            n_probes++;
+        }
+        block_left = (blk_probe ? blen / 2 : blen) - 1;
     }
     const int32_t k = std::min(block_k, k_cap);
     // every step of a block that tries a drafting neighbour is a probe (the engine's own loop does not

@@ -234,8 +234,29 @@ struct controller {
     // behind, sooner: each probe that waking would spare costs in proportion to the gap (the 2-core CPU,
     // SmolLM2, drafting ~11% behind: awake, the probes and check blocks of a 1024-step run cost ~1-2%)
     int64_t quiet_limit() const { return draft.n >= 3 && behind >= FAR ? QUIET_FAR : QUIET; }
+    // own loop, after plan() chose k: whether the MTP side falls asleep at this step (quiet_limit plain
+    // steps in a row; drafting chosen resets the run and makes the next sleep short again)
+    bool    sleeps_now(int32_t k) {
+        if (k > 0 && !probing) {
+            quiet_run = 0;
+            sleep_len = SLEEP_MIN;
+            return false;
+        }
+        return ++quiet_run >= quiet_limit() && k == 0;
+    }
+    // the MTP side fell asleep: this sleep's length in steps (the next one doubles, up to SLEEP_MAX)
+    int64_t fell_asleep() {
+        const int64_t len = sleep_len;
+        sleep_len         = std::min(2 * sleep_len, SLEEP_MAX);
+        quiet_run         = 0;
+        return len;
+    }
+    // how far drafting's best rate is behind plain decoding's long-run (asleep) rate
+    static double lag(double plain_rate, double draft_rate) {
+        return plain_rate / (1.0 - AWAKE) / std::max(draft_rate, 1e-12);
+    }
     // free windows were measured slower than plain ones (end to end)
-    bool    vetoed() const {
+    bool vetoed() const {
         return !clear() && real_plain.n > 0.0 && real_draft.n > 0.0 && real_draft.get() < VETO * real_plain.get();
     }
     // free windows run so far above the model's plain rate that plain windows would only cost time

@@ -125,10 +125,8 @@ void llama_mtp::sleep() {
     llama_set_embeddings_nextn(ctx_tgt, false, /*masked*/ false);
     truncate_mtp_to(0);
     target_h.truncate_to(0);
-    dormant        = true;
-    sleep_left     = ctrl.sleep_len;
-    ctrl.sleep_len = std::min(2 * ctrl.sleep_len, mtp::controller::SLEEP_MAX);
-    ctrl.quiet_run = 0;
+    dormant    = true;
+    sleep_left = ctrl.fell_asleep();
 }
 
 void llama_mtp::wake() {
