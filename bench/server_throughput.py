@@ -57,11 +57,13 @@ class Server:
 
 
 def _adaptive_note(res: dict) -> str:
-    """The controller's state after a round: plain share, and the windows' realized rates (one slot)."""
-    a = (res.get("mtp") or {}).get("adaptive")
+    """The controller's state after a round: plain share, steps asleep, and the windows' realized rates
+    (one slot)."""
+    m = res.get("mtp") or {}
+    a = m.get("adaptive")
     if not a:
         return ""
-    note = f"  plain {a['plain_share']:.0%} (last request)"
+    note = f"  plain {a['plain_share']:.0%} (last request), asleep {m['dormant_steps']} of {m['steps']} steps"
     if a.get("realized_draft"):
         note += (f", windows: plain {1000 * a['realized_plain']:.0f} / drafting {1000 * a['realized_draft']:.0f}"
                  f" tok/s, {a['vetoed']} vetoed")
@@ -90,7 +92,9 @@ def run_round(server: Server, prompts: list[str], args) -> dict:
                       "mean_accepted_length": 1 + sum(m["accepted"] for m in mtp) / max(steps, 1),
                       "draft_ms": sum(m["draft_ms"] for m in mtp), "verify_ms": sum(m["verify_ms"] for m in mtp),
                       # the controller's state after the round's last request (learned estimates persist)
-                      "adaptive": mtp[-1].get("adaptive")}
+                      "adaptive": mtp[-1].get("adaptive"),
+                      # steps decoded with the MTP side asleep (a server of one slot), over the round
+                      "dormant_steps": sum((m.get("adaptive") or {}).get("dormant_steps", 0) for m in mtp)}
     return out
 
 

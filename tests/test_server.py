@@ -203,6 +203,7 @@ def test_adaptive_windows_only_in_a_one_slot_server(servers):
             assert text == completion_text(off, p, stream=False)[0]
     a = mtp_timings(r)["adaptive"]
     assert a["realized_draft"] == 0 and a["realized_plain"] == 0 and a["vetoed"] == 0, a
+    assert a["dormant_steps"] == 0, a  # slots share the target's hidden-state output: none sleeps
 
 
 def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
@@ -210,17 +211,40 @@ def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
     (deferring the MTP catch-up, written in one go when it probes drafting again), and every text
     still equals MTP off's. The share is counted over every request after the first round: one
     request's ~22 steps can fall wholly inside a probe (a block of 8 drafting steps where a change of
-    decode size is dear; CI once saw 13 of 22 plain), the run's steps cannot."""
+    decode size is dear; CI once saw 13 of 22 plain), the run's steps cannot. A server of one slot
+    then sleeps as the engine's own loop does (no hidden-state output, no catch-up, across requests)
+    and, 1024 steps later, wakes and probes drafting again."""
     on, off = servers("glm4moe-random", "on", adaptive=True), servers("glm4moe-random", "off")
+
+    def request(i: int) -> dict:
+        p = PROMPTS[i % len(PROMPTS)]
+        text, r = completion_text(on, p, stream=False)
+        assert text == completion_text(off, p, stream=False)[0]
+        return mtp_timings(r)["adaptive"]
+
     steps = [0] * 9
-    for i in range(4):
-        for p in PROMPTS:
-            text, r = completion_text(on, p, stream=False)
-            assert text == completion_text(off, p, stream=False)[0]
-            a = mtp_timings(r)["adaptive"]
-            if i > 0:  # the first round explores (each draft length is timed once)
-                steps = [x + y for x, y in zip(steps, a["steps_per_draft_length"])]
+    for i in range(4 * len(PROMPTS)):
+        a = request(i)
+        assert i > 0 or a["dormant_steps"] == 0, a
+        if i >= len(PROMPTS):  # the first round explores (each draft length is timed once)
+            steps = [x + y for x, y in zip(steps, a["steps_per_draft_length"])]
     assert steps[0] > 0.8 * sum(steps) and a["best_fixed_draft"] == 0, (steps, a)
+    # asleep after a quiet run of 128 steps where drafting is measured far behind, at most 512 (a loaded
+    # machine can time drafting close): some request is then wholly asleep
+    for i in range(48):
+        if a["dormant_steps"] == sum(a["steps_per_draft_length"]):
+            break
+        a = request(i)
+    assert a["dormant_steps"] == sum(a["steps_per_draft_length"]) > 0, a
+    # 1024 steps later it wakes, rebuilds the MTP KV from the next decode and, 32 steps on, probes
+    awake = drafted = 0
+    for i in range(60):
+        a = request(i)
+        awake += sum(a["steps_per_draft_length"]) - a["dormant_steps"]
+        drafted += sum(a["steps_per_draft_length"][1:])
+        if awake > 40:
+            break
+    assert awake > 40 and drafted > 0, (awake, drafted)
     log = on.log.read_text(errors="replace")
     assert " E " not in log.replace("E srv", ""), [ln for ln in log.splitlines() if " E " in ln][:5]
     assert on.healthy()

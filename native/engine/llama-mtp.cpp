@@ -181,20 +181,10 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     }
     int32_t k_plan = -1; // traced: what plan() allowed (-1: no plan this step)
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
-        m->ctrl.load = 1;
-        if (m->dormant) { // asleep: a plain step, as with MTP off
-            k = 0;
-            m->ctrl.n_dormant++;
-            if (--m->sleep_left <= 0) {
-                m->wake(); // from the next step on
-            }
-        } else {
-            k      = m->ctrl.plan(k); // the most this step drafts; it may stop earlier
-            k_plan = k;
-            if (m->ctrl.sleeps_now(k)) {
-                m->sleep(); // plain decoding has kept winning: this step is the first asleep
-            }
-        }
+        m->ctrl.load         = 1;
+        const bool was_awake = !m->dormant;
+        k                    = m->plan_step(k); // the most this step drafts; it may stop earlier
+        k_plan               = was_awake ? k : -1;
     }
     int32_t rc = k > 0 ? m->flush_deferred() : LLAMA_MTP_OK;
     if (rc != LLAMA_MTP_OK) {
@@ -510,8 +500,8 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
             }
         }
     }
-    if (m0->ctx_mtp == nullptr) {
-        return LLAMA_MTP_OK;
+    if (m0->ctx_mtp == nullptr || (n_runs == 1 && m0->dormant)) {
+        return LLAMA_MTP_OK; // asleep (a one-slot server): the target output no hidden states, nothing kept
     }
     const auto    t0    = mtp::clock_type::now();
     const float * h_all = llama_get_embeddings_nextn(m0->ctx_tgt);
@@ -557,14 +547,17 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     const auto t_entry = mtp::clock_type::now();
     // (a server of one slot only: with several, measured on the CPU, 4 slots ran 0.88x of plain with these
     // windows against 1.00x without them, in runs of three rounds each)
-    if (m->caller_single && m->caller_pos >= 0 && pos > m->caller_pos && pos - m->caller_pos <= m->ctrl.k_max + 1) {
+    if (m->caller_single && !m->dormant && m->caller_pos >= 0 && pos > m->caller_pos &&
+        pos - m->caller_pos <= m->ctrl.k_max + 1) {
         m->ctrl.stepped(pos - m->caller_pos, std::chrono::duration<double, std::milli>(t_entry - m->caller_t).count());
     }
     m->caller_t   = t_entry;
     m->caller_pos = pos;
     int32_t k     = std::min({ n_draft, m->k_max, m->n_ctx - 1 - (int32_t) pos });
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
-        k = m->ctrl.plan(k); // at the load of the last reported decode
+        // at the load of the last reported decode; a server of one slot sleeps as the own loop does (with
+        // several, the target's hidden-state output is the context's, shared by every slot)
+        k = m->caller_single ? m->plan_step(k) : m->ctrl.plan(k);
     }
     m->ctrl.pending = 1;
     if (m->ctx_mtp == nullptr || k <= 0) {
@@ -638,6 +631,21 @@ void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, do
 }
 
 // ---- adaptive draft length ----
+
+int32_t llama_mtp::plan_step(int32_t k) {
+    if (dormant) {
+        ctrl.n_dormant++;
+        if (--sleep_left <= 0) {
+            wake(); // from the next step on
+        }
+        return 0;
+    }
+    k = ctrl.plan(k);
+    if (ctrl.sleeps_now(k)) {
+        sleep(); // plain decoding has kept winning: this step is the first asleep
+    }
+    return k;
+}
 
 int32_t llama_mtp_adaptive_default_max(void) {
     return 8;

@@ -597,6 +597,10 @@ void controller::woke() {
     cold_drafts  = COLD_DRAFTS;
     cold_targets = COLD_TARGETS;
     window_left  = 0; // a fresh window (stepped() opens it): the sleeping steps are no window's
+    // and a free one: the probe after waking runs in it (a plain window would hold it back, and the
+    // MTP side could fall asleep again before it ran)
+    window_plain = false;
+    window_check = false;
 }
 
 void controller::reset_stats() {

@@ -186,9 +186,9 @@ struct llama_mtp {
 
     // ---- adaptive draft length (mtp-adaptive.cpp) ----
     mtp::controller             ctrl;
-    bool                        dormant    = false; // own loop: the MTP side sleeps (see mtp::controller)
-    int64_t                     sleep_left = 0;     // steps until it wakes
-    mtp::clock_type::time_point step_exit{}; // when the last llama_mtp_step returned (the caller's time after it)
+    bool                        dormant = false; // the MTP side sleeps (see mtp::controller): own loop, one-slot server
+    int64_t                     sleep_left = 0;  // steps until it wakes
+    mtp::clock_type::time_point step_exit{};     // when the last llama_mtp_step returned (the caller's time after it)
     bool                        step_exited = false;
     // caller-decoded (llama-server): one step of a sequence runs from one llama_mtp_draft to the next, and
     // emits as many tokens as their positions differ. Where the target context holds this sequence only
@@ -230,10 +230,15 @@ struct llama_mtp {
     int32_t        catch_up(const llama_token * toks, int32_t n, llama_pos p0);
     // write the entries deferred while plain decoding led: the MTP KV must be complete before a draft
     int32_t        flush_deferred();
-    // own loop: the MTP side sleeps (the target stops outputting hidden states; queue, hidden rows and MTP
-    // KV dropped) and wakes (hidden states on; the MTP KV restarts at the next observed position)
+    // the MTP side sleeps (the target stops outputting hidden states; queue, hidden rows and MTP KV
+    // dropped) and wakes (hidden states on; the MTP KV restarts at the next observed position). Only where
+    // the target context holds this sequence alone: its own loop, or a server of one slot.
     void           sleep();
     void           wake();
+    // the adaptive controller's draft length for this step (at most k), asleep or awake: asleep, 0 (a plain
+    // step, as with MTP off) and a step nearer waking; awake, plan(k), falling asleep where plain decoding
+    // has kept winning
+    int32_t        plan_step(int32_t k);
     // whether observed entries wait in the queue (the controller defers and the queue is not full)
     bool           defers() const { return ctrl.defer_catchup() && queue.size() < mtp::controller::QUEUE; }
 
