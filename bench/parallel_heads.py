@@ -14,6 +14,10 @@ rows with random mask rows for this (cost only: what they draft is not used).
     python bench/parallel_heads.py BASE.gguf --head seq=seq.gguf --head par4=par4.gguf \\
         --prompts mtbench --limit 16 -n 128 --n-drafts 1,2,3,4,auto --threads 2
     python bench/parallel_heads.py BASE.gguf --head seq=seq.gguf --head par=par4.gguf --draft-cost 6
+
+--host-argmax adds, for each parallel head, NAME@host: the same head with its MTP context made with
+llama.cpp's default of one output per sequence (as another binding's would be), so the greedy argmax
+of the pass's K rows runs on the host instead of where the logits are (A/B in one run).
 """
 
 from __future__ import annotations
@@ -44,6 +48,20 @@ def widen(head: Path, k: int, out: Path) -> Path:
     extra = np.random.default_rng(0).normal(0, 0.02, size=(max(0, k - 1 - len(rows)), rows.shape[1]))
     rows = np.vstack([rows, extra]).astype(np.float32)[: k - 1]
     return copy_gguf(head, out, tensors={mask.name: (rows, None)})
+
+
+def open_head(model: str, head: Path, host_argmax: bool = False, **common) -> pymtp.Model:
+    """A Model drafting with head; host_argmax: its MTP context has room for one output per sequence."""
+    if not host_argmax:
+        return pymtp.Model(model, mtp="on", mtp_head=head, **common)
+    from pymtp.engine import runtime
+
+    room = runtime.mtp_outputs_per_seq
+    runtime.mtp_outputs_per_seq = lambda lib, m: 1
+    try:
+        return pymtp.Model(model, mtp="on", mtp_head=head, **common)
+    finally:
+        runtime.mtp_outputs_per_seq = room
 
 
 def is_parallel(head: Path) -> bool:
@@ -102,6 +120,8 @@ def main() -> int:
     ap.add_argument("--n-drafts", default="1,2,3,4,auto")
     ap.add_argument("--draft-cost", type=int, default=0, metavar="K",
                     help="measure D_k for k = 1..K instead (every draft accepted)")
+    ap.add_argument("--host-argmax", action="store_true",
+                    help="also run each parallel head with the argmax of its rows on the host (NAME@host)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--ngl", type=int, default=0)
     ap.add_argument("--json", default=None)
@@ -114,21 +134,24 @@ def main() -> int:
     models = {"off": pymtp.Model(args.model, mtp="off", **common)}
     prompts = [models["off"].chat_tokens([{"role": "user", "content": t}]) for t in prompts_text]
     configs = [("off", "off", None)]
+    if args.host_argmax:  # (gguf is read after the first model is open)
+        heads.update({f"{n}@host": p for n, p in list(heads.items()) if is_parallel(Path(p))})
     if args.draft_cost:
         ks = list(range(1, args.draft_cost + 1))
         for name, path in heads.items():
             path = Path(path)
             if is_parallel(path):
                 path = widen(path, args.draft_cost, tmp / f"{name}-wide.gguf")
-            m = models[name] = pymtp.Model(args.model, mtp="on", mtp_head=path, **common)
+            m = models[name] = open_head(args.model, path, name.endswith("@host"), **common)
             m.set_synthetic_acceptance([1.0] * args.draft_cost)
             configs += [(f"{name} k={k}", name, k) for k in ks]
     else:
         ks = [k if k == "auto" else int(k) for k in args.n_drafts.split(",")]
         for name, path in heads.items():
-            models[name] = pymtp.Model(args.model, mtp="on", mtp_head=path, **common)
+            host = name.endswith("@host")
+            models[name] = open_head(args.model, path, host, **common)
             if "auto" in ks:
-                models[name + ":auto"] = pymtp.Model(args.model, mtp="on", mtp_head=path, **common)
+                models[name + ":auto"] = open_head(args.model, path, host, **common)
             configs += [(f"{name} k={k}", name + (":auto" if k == "auto" else ""), k) for k in ks]
     runs = run_configs(models, configs, prompts, args.n)
     plain_ms = sum(s.generate_ms for s in runs["off"]) / max(sum(s.n_generated for s in runs["off"]), 1)

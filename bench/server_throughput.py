@@ -63,7 +63,7 @@ def _adaptive_note(res: dict) -> str:
     a = m.get("adaptive")
     if not a:
         return ""
-    note = f"  plain {a['plain_share']:.0%} (last request), asleep {m['dormant_steps']} of {m['steps']} steps"
+    note = f"  plain {a['plain_share']:.0%} (last request), asleep {m['dormant_steps']} of {m['adaptive_steps']} steps"
     if a.get("realized_draft"):
         note += (f", windows: plain {1000 * a['realized_plain']:.0f} / drafting {1000 * a['realized_draft']:.0f}"
                  f" tok/s, {a['vetoed']} vetoed")
@@ -94,7 +94,9 @@ def run_round(server: Server, prompts: list[str], args) -> dict:
                       # the controller's state after the round's last request (learned estimates persist)
                       "adaptive": mtp[-1].get("adaptive"),
                       # steps decoded with the MTP side asleep (a server of one slot), over the round
-                      "dormant_steps": sum((m.get("adaptive") or {}).get("dormant_steps", 0) for m in mtp)}
+                      "dormant_steps": sum((m.get("adaptive") or {}).get("dormant_steps", 0) for m in mtp),
+                      "adaptive_steps": sum(sum((m.get("adaptive") or {}).get("steps_per_draft_length", []))
+                                            for m in mtp)}
     return out
 
 

@@ -107,6 +107,26 @@ def test_parallel_head_is_lossless_one_decode_a_step(parallel_head, n_draft):
     assert max(len(s["drafted_per_position"]), 0) <= K
 
 
+def test_the_pass_drafts_alike_on_the_backend_and_on_the_host(parallel_head, monkeypatch):
+    """Greedy drafts of a parallel pass are the argmax of each row, taken where the logits are on a GPU
+    (here forced on the CPU backend): pymtp makes its MTP context with room for K outputs per sequence.
+    A context made with llama.cpp's default of one (another binding's) cannot sample K rows of one
+    sequence there, and the engine takes the argmax on the host instead: the same drafts, the same
+    output, no failed decode."""
+    from pymtp.engine import runtime
+
+    base, head, _ = parallel_head
+    monkeypatch.setenv("PYMTP_DRAFT_ON_BACKEND", "1")
+    with open_model(base, head, n_draft=K) as m:
+        backend = m.generate(CHECK_SEQ, max_tokens=48)
+    monkeypatch.setattr(runtime, "mtp_outputs_per_seq", lambda lib, model: 1)
+    with open_model(base, head, n_draft=K) as m:
+        host = m.generate(CHECK_SEQ, max_tokens=48)
+    assert backend.tokens == host.tokens
+    assert backend.stats.n_accepted == host.stats.n_accepted > 0
+    assert backend.stats.n_drafted == host.stats.n_drafted
+
+
 def test_parallel_head_caches_equal_a_fresh_replay(parallel_head):
     """After random accept/reject patterns the MTP KV holds what a fresh prefill of the accepted
     tokens writes: the next draft (tokens and logits) equals a fresh engine's."""

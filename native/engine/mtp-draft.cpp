@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace {
 
@@ -29,7 +30,9 @@ float top_prob(const float * logits, int32_t n_vocab, float max_logit) {
 // back to the host (not the logits row).
 void top_prob_apply(llama_sampler *, llama_token_data_array *) {} // on the host the engine computes it
 
-bool top_prob_backend_init(llama_sampler *, ggml_backend_buffer_type_t, uint32_t) {
+bool top_prob_backend_init(llama_sampler * smpl, ggml_backend_buffer_type_t, uint32_t n_outputs_max_per_seq) {
+    // the context's room for output rows of one sequence, for the engine (a parallel head's pass has K)
+    *(uint32_t *) smpl->ctx = n_outputs_max_per_seq;
     return true; // soft_max and get_rows: every backend that runs the greedy argmax has them
 }
 
@@ -165,9 +168,10 @@ void llama_mtp::init_parallel() {
     if (n > 1) {
         par_mask.resize((size_t) (n - 1) * n_embd);
         if (llama_model_mtp_parallel(model, 0, par_mask.data()) == n) {
-            n_par    = n;
-            k_max    = std::min(k_max, n_par); // one decode, at most K drafts a step
-            ctrl.par = n_par;
+            n_par          = n;
+            k_max          = std::min(k_max, n_par); // one decode, at most K drafts a step
+            ctrl.par       = n_par;
+            par_on_backend = std::getenv("PYMTP_DRAFT_ON_BACKEND") != nullptr; // tests (see draft_path)
         }
     }
 }
@@ -255,14 +259,19 @@ void llama_mtp::set_backend_greedy(bool on) {
         return;
     }
     bool ok = true;
-    for (llama_context * c : ctxs) {
+    backend_rows.assign(ctxs.size(), 0);
+    for (size_t i = 0; i < ctxs.size(); ++i) {
         llama_sampler * s = llama_sampler_chain_init(llama_sampler_chain_default_params());
         llama_sampler_chain_add(s, llama_sampler_init_greedy());
-        llama_sampler_chain_add(s, llama_sampler_init(&top_prob_iface, nullptr));
+        llama_sampler_chain_add(s, llama_sampler_init(&top_prob_iface, &backend_rows[i])); // not owned
         backend_samplers.push_back(s);
-        ok = llama_set_sampler(c, params.seq_id, s) && ok;
+        ok = llama_set_sampler(ctxs[i], params.seq_id, s) && ok;
     }
-    backend_greedy_on = true;
+    backend_greedy_on          = true;
+    // a parallel head's pass samples its K rows of one sequence there: a context made with room for fewer
+    // outputs per sequence (llama_context_params.n_outputs_max_per_seq, 1 by default) takes the host argmax
+    const uint32_t rows_needed = (uint32_t) std::max(1, n_par);
+    ok = ok && std::all_of(backend_rows.begin(), backend_rows.end(), [&](uint32_t r) { return r >= rows_needed; });
     if (!ok) { // not offloadable here (e.g. a tensor-split model): the host argmax
         set_backend_greedy(false);
         backend_greedy_off = true;
@@ -273,8 +282,12 @@ void llama_mtp::set_backend_greedy(bool on) {
 // clone of the request's chain, advanced along the draft path only. The caller frees it.
 llama_sampler * llama_mtp::draft_path(llama_sampler * smpl) {
     llama_sampler * path = mode == LLAMA_MTP_DRAFT_GREEDY || smpl == nullptr ? nullptr : llama_sampler_clone(smpl);
-    // (not for a parallel head's pass: backend sampling takes one output row per sequence)
-    set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off && n_par <= 1);
+    // A parallel head's pass too where the MTP context decodes on a GPU: the backend samples each of its
+    // K output rows, one token and one float per row come back instead of K rows of logits. On a CPU its
+    // K sampling subgraphs cost more than the host's argmax (2-core x86, SmolLM2, D_6 0.61 vs 0.56 of a
+    // plain step). PYMTP_DRAFT_ON_BACKEND=1 in the environment: on any backend (tests of that path on a CPU).
+    set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off &&
+                       (n_par <= 1 || ctrl.graphs || par_on_backend));
     return path;
 }
 

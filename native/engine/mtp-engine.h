@@ -176,13 +176,15 @@ struct llama_mtp {
     std::vector<float>           h_draft;          // the head's output state fed to its next draft step
     std::vector<llama_sampler *> backend_samplers; // greedy argmax on the backend, one per MTP context
     bool                         backend_greedy_on  = false;
-    bool                         backend_greedy_off = false;   // not offloadable here: argmax on the host
-    float *                      peek_logits        = nullptr; // llama_mtp_peek_draft: each step's MTP logits
-    float                        draft_conf         = -1.0f;   // the head's confidence in the last draft (< 0: unknown)
+    bool                         backend_greedy_off = false; // not offloadable here: argmax on the host
+    std::vector<uint32_t>        backend_rows; // per MTP context: its outputs per sequence (told the backend sampler)
+    float *                      peek_logits = nullptr; // llama_mtp_peek_draft: each step's MTP logits
+    float                        draft_conf  = -1.0f;   // the head's confidence in the last draft (< 0: unknown)
     // parallel head (llama_model_mtp_parallel): one decode drafts up to n_par tokens; 0: one per decode
-    int32_t                      n_par              = 0;
+    int32_t                      n_par       = 0;
     std::vector<float>           par_mask; // its n_par - 1 mask rows (n_embd each)
     std::vector<float>           par_h;    // this step's input rows: h0, then h0 + mask_i
+    bool par_on_backend = false;           // PYMTP_DRAFT_ON_BACKEND: greedy passes sampled there on a CPU too
 
     // ---- adaptive draft length (mtp-adaptive.cpp) ----
     mtp::controller             ctrl;

@@ -127,6 +127,12 @@ def target_rs_snapshots(cfg: RuntimeConfig) -> int:
     return options.draft_cap(options.parse_n_draft(cfg.n_draft)) if cfg.mtp != "off" else 0
 
 
+def mtp_outputs_per_seq(lib, model) -> int:
+    """Output rows of one sequence an MTP context makes room for: a parallel head's pass has K, sampled
+    on the backend when greedy (llama.cpp's default of 1 leaves the engine the host argmax)."""
+    return max(1, lib.llama_model_mtp_parallel(model, 0, None))
+
+
 class Runtime:
     """Owns the model and its contexts (``Runtime(path, cfg)``), or drives the engine over a model and
     target context someone else loaded and frees (``Runtime.over(...)``: pymtp.llama_cpp)."""
@@ -276,6 +282,8 @@ class Runtime:
         cp.n_threads = threads
         cp.n_threads_batch = threads
         cp.ctx_type = ctx_type
+        if ctx_type == L.LLAMA_CONTEXT_TYPE_MTP:
+            cp.n_outputs_max_per_seq = mtp_outputs_per_seq(lib, self.model)
         cp.no_perf = True
         return lib.llama_init_from_model(self.model, cp)
 
