@@ -126,10 +126,11 @@ def test_every_response_field_equals_mtp_off(servers, arch):
 
 
 def test_greedy_verify_rows_sampled_by_the_backend(servers, monkeypatch):
-    """Patch 0025's path: a greedy request without probabilities has its verify rows sampled by the
-    target context's backend sampler (the default on a GPU; forced on any backend by
-    PYMTP_VERIFY_ON_BACKEND=1). Every field equals MTP off's; a request with probabilities still has
-    its rows sampled on the CPU."""
+    """Patches 0025 and 0027: a greedy request without probabilities has its verify rows sampled by
+    the target context's backend sampler (the default on a GPU; forced on any backend by
+    PYMTP_VERIFY_ON_BACKEND=1): a greedy argmax where the request's chain picks the top logit, the
+    chain itself where it does not (a logit bias). Every field equals MTP off's; a request with
+    probabilities still has its rows sampled on the CPU."""
     monkeypatch.setenv("PYMTP_VERIFY_ON_BACKEND", "1")
     on = servers("qwen35", "on", ctx=1024)  # a server of its own, started with the variable set
     off = servers("qwen35", "off", ctx=1024)
@@ -140,8 +141,15 @@ def test_greedy_verify_rows_sampled_by_the_backend(servers, monkeypatch):
                            ("/v1/chat/completions", dict(messages=chat, max_tokens=24, temperature=0))]:
             a, b = request(on, path, body), request(off, path, body)
             assert_same(strip(a), strip(b), f"backend verify {path} {body}")
+    # the default chain at T=0 picks the top logit: a greedy argmax samples the rows
     r = request(on, "/completion", dict(prompt=PROMPTS[0], n_predict=24, temperature=0))
-    assert r["timings"]["mtp"]["verify_sampling"] == "backend" and r["timings"]["mtp"]["accepted"] > 0
+    assert r["timings"]["mtp"]["verify_sampling"] == "backend argmax" and r["timings"]["mtp"]["accepted"] > 0
+    # a logit bias that bans the top token moves the top: the request's whole chain samples them there
+    first = request(off, "/completion", dict(prompt=PROMPTS[1], n_predict=2, temperature=0, return_tokens=True))
+    body = dict(prompt=PROMPTS[1], n_predict=24, temperature=0, logit_bias=[[first["tokens"][0], -100.0]])
+    a, b = request(on, "/completion", body), request(off, "/completion", body)
+    assert_same(strip(a), strip(b), "backend verify with a logit bias")
+    assert a["timings"]["mtp"]["verify_sampling"] == "backend" and a["timings"]["mtp"]["accepted"] > 0
     r = request(on, "/completion", dict(prompt=PROMPTS[0], n_predict=24, temperature=0, n_probs=2))
     assert r["timings"]["mtp"]["verify_sampling"] == "cpu"
 

@@ -2,6 +2,8 @@
 
 #include "server-mtp.h"
 
+#include <algorithm>
+
 common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request & req) {
     llama_mtp_stats st{};
     llama_mtp_get_stats(mtp, &st);
@@ -63,7 +65,9 @@ common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request &
         { "parallel", mtp ? llama_mtp_parallel(mtp) : 0 },
         { "head_policy", req.head_policy },
         { "verify", engine ? "engine" : "grammar" },
-        { "verify_sampling", req.verify_on_backend ? "backend" : "cpu" },
+        { "verify_sampling", !req.verify_on_backend ? "cpu" :
+                             req.verify_argmax      ? "backend argmax" :
+                                                      "backend" },
         { "drafted", n_drafted },
         { "accepted", n_accepted },
         { "steps", n_steps },
@@ -74,4 +78,24 @@ common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request &
         { "catchup_ms", st.t_catchup_ms },
         { "adaptive", adaptive },
     };
+}
+
+bool server_mtp_chain_is_argmax(const common_params_sampling & sp) {
+    const auto has = [&](common_sampler_type t) {
+        return std::find(sp.samplers.begin(), sp.samplers.end(), t) != sp.samplers.end();
+    };
+    const bool moves_logits = sp.penalty_repeat != 1.0f || sp.penalty_freq != 0.0f || sp.penalty_present != 0.0f ||
+                              (sp.dry_multiplier != 0.0f && has(COMMON_SAMPLER_TYPE_DRY)) || !sp.logit_bias.empty() ||
+                              sp.ignore_eos || has(COMMON_SAMPLER_TYPE_INFILL);
+    const bool drops_top    = (sp.xtc_probability > 0.0f && has(COMMON_SAMPLER_TYPE_XTC)) ||
+                              (sp.typ_p < 1.0f && has(COMMON_SAMPLER_TYPE_TYPICAL_P)) ||
+                              has(COMMON_SAMPLER_TYPE_ADAPTIVE_P);
+    return sp.temp <= 0.0f && sp.dynatemp_range <= 0.0f && sp.mirostat == 0 && has(COMMON_SAMPLER_TYPE_TEMPERATURE) &&
+           !moves_logits && !drops_top;
+}
+
+llama_sampler * server_mtp_argmax_chain() {
+    llama_sampler * chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+    llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+    return chain;
 }

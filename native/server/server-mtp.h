@@ -5,7 +5,8 @@
 // llama-server's server-context library by native/CMakeLists.txt; tools/server/server-context.cpp
 // calls it.
 
-#include "json.h" // common_json (upstream common/)
+#include "common.h" // common_params_sampling (upstream common/)
+#include "json.h"   // common_json (upstream common/)
 #include "llama-mtp.h"
 
 #include <string>
@@ -22,9 +23,22 @@ struct server_mtp_request {
     int64_t                       slot_steps;
     const std::vector<uint64_t> * slot_accepted_per_pos;
     bool                          verify_on_backend; // the verify rows were sampled by the target's backend sampler
+    bool                          verify_argmax;     //   a greedy argmax (the request's chain picks the top logit)
 };
 
 // The response's "timings.mtp": mode, heads, how drafts were verified and where the verify rows were
-// sampled ("backend" or "cpu"), drafted, accepted, steps, per-position acceptance, mean accepted length,
-// draft / verify / catch-up ms, and what the adaptive controller did ("adaptive").
+// sampled ("cpu", "backend": the request's chain, "backend argmax": a greedy argmax standing in for a
+// chain that picks the top logit), drafted, accepted, steps, per-position acceptance, mean accepted
+// length, draft / verify / catch-up ms, and what the adaptive controller did ("adaptive").
 common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request & req);
+
+// Whether a request's sampler chain picks the top logit of every row: temperature <= 0 with the
+// temperature sampler in the chain and nothing that moves logits or can drop the top token (no
+// penalties, DRY, logit bias or ignore_eos, XTC, typical-p, dynamic temperature, infill, adaptive-p,
+// mirostat). Such a request's verify rows need only their argmax, which a greedy backend sampler
+// computes where the logits are (one small kernel per row instead of the chain's top-k, top-p and
+// min-p over the whole vocabulary).
+bool server_mtp_chain_is_argmax(const common_params_sampling & sp);
+
+// A backend sampler chain holding only the greedy argmax (the caller owns it).
+llama_sampler * server_mtp_argmax_chain();
