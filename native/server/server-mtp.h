@@ -1,6 +1,7 @@
 #pragma once
 
-// pymtp: llama-server's MTP component that is not upstream's: the "timings.mtp" object of a response
+// pymtp: llama-server's MTP components that are not upstream's: the "timings.mtp" object of a response,
+// and the greedy argmax that samples a greedy request's verify rows on the GPU (patch 0027)
 // (--mtp-adaptive is the engine's own controller, native/engine/mtp-adaptive.cpp). Compiled into
 // llama-server's server-context library by native/CMakeLists.txt; tools/server/server-context.cpp
 // calls it.
