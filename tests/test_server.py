@@ -206,6 +206,26 @@ def test_adaptive_windows_only_in_a_one_slot_server(servers):
     assert a["dormant_steps"] == 0, a  # slots share the target's hidden-state output: none sleeps
 
 
+def test_a_one_slot_server_traces_its_steps(servers, monkeypatch, tmp_path):
+    """PYMTP_ADAPTIVE_TRACE=FILE: a server of one slot writes the controller's trace, a row per step as
+    the engine's own loop does (what it planned, drafted and emitted, and its estimates), each step
+    written when the next one begins."""
+    trace = tmp_path / "trace.tsv"
+    monkeypatch.setenv("PYMTP_ADAPTIVE_TRACE", str(trace))
+    on = servers("glm4moe", "on", adaptive=True, ctx=768)  # a server of its own, started with the variable set
+    off = servers("glm4moe", "off")
+    text, r = completion_text(on, PROMPTS[0], stream=False)
+    assert text == completion_text(off, PROMPTS[0], stream=False)[0]
+    rows = trace.read_text().splitlines()
+    head = rows[0].split("\t")
+    assert head[:4] == ["step", "k_plan", "k", "n_out"]
+    steps = [dict(zip(head, row.split("\t"))) for row in rows[1:]]
+    # every step of the request but its last (written when a next one begins)
+    assert len(steps) == sum(mtp_timings(r)["adaptive"]["steps_per_draft_length"]) - 1, len(steps)
+    assert all(0 <= int(s["k"]) <= 8 and 1 <= int(s["n_out"]) <= int(s["k"]) + 1 for s in steps), steps
+    assert float(steps[-1]["est_T1"]) > 0 and float(steps[-1]["step_ms"]) > 0
+
+
 def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
     """A random head (acceptance ~0) makes drafting a loss: the controller settles on plain steps
     (deferring the MTP catch-up, written in one go when it probes drafting again), and every text

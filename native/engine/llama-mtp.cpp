@@ -540,24 +540,35 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     if (m == nullptr || pos < 0 || n_draft < 0 || (n_draft > 0 && out == nullptr)) {
         return LLAMA_MTP_ERR_ARG;
     }
+    // the step that ended here, end to end (the caller's work in it included): for the controller's windows
+    // (a server of one slot only: with several, measured on the CPU, 4 slots ran 0.88x of plain with these
+    // windows against 1.00x without them, in runs of three rounds each), and traced as the own loop's steps
+    const auto t_entry = mtp::clock_type::now();
+    if (m->caller_single && m->caller_pos >= 0 && pos > m->caller_pos && pos - m->caller_pos <= m->ctrl.k_max + 1) {
+        const int32_t n_out   = pos - m->caller_pos;
+        const double  step_ms = std::chrono::duration<double, std::milli>(t_entry - m->caller_t).count();
+        if (!m->dormant) {
+            m->ctrl.stepped(n_out, step_ms);
+        }
+        m->ctrl.trace_step(m->caller_k_plan, (int32_t) m->drafts.size(), n_out,
+                           m->stats.t_draft_ms - m->caller_draft_ms, m->caller_target_ms,
+                           m->stats.t_catchup_ms - m->caller_catchup_ms, -1.0, step_ms);
+    }
     m->verify_toks.assign(1, id_last);
     m->drafts.clear();
     m->q.clear();
-    // the step that ended here, end to end (the caller's work in it included), for the controller's windows
-    const auto t_entry = mtp::clock_type::now();
-    // (a server of one slot only: with several, measured on the CPU, 4 slots ran 0.88x of plain with these
-    // windows against 1.00x without them, in runs of three rounds each)
-    if (m->caller_single && !m->dormant && m->caller_pos >= 0 && pos > m->caller_pos &&
-        pos - m->caller_pos <= m->ctrl.k_max + 1) {
-        m->ctrl.stepped(pos - m->caller_pos, std::chrono::duration<double, std::milli>(t_entry - m->caller_t).count());
-    }
-    m->caller_t   = t_entry;
-    m->caller_pos = pos;
-    int32_t k     = std::min({ n_draft, m->k_max, m->n_ctx - 1 - (int32_t) pos });
+    m->caller_t          = t_entry;
+    m->caller_pos        = pos;
+    m->caller_draft_ms   = m->stats.t_draft_ms;
+    m->caller_catchup_ms = m->stats.t_catchup_ms;
+    m->caller_k_plan     = -1;
+    int32_t k            = std::min({ n_draft, m->k_max, m->n_ctx - 1 - (int32_t) pos });
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
         // at the load of the last reported decode; a server of one slot sleeps as the own loop does (with
         // several, the target's hidden-state output is the context's, shared by every slot)
-        k = m->caller_single ? m->plan_step(k) : m->ctrl.plan(k);
+        const bool was_awake = !m->dormant;
+        k                    = m->caller_single ? m->plan_step(k) : m->ctrl.plan(k);
+        m->caller_k_plan     = was_awake ? k : -1;
     }
     m->ctrl.pending = 1;
     if (m->ctx_mtp == nullptr || k <= 0) {
@@ -625,6 +636,7 @@ void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, do
     if (m->ctrl.pending > 1) {
         m->stats.t_verify_ms += ms;
     }
+    m->caller_target_ms = ms; // traced
     // the batch's size per sequence (the others' drafts cost this decode as much as this one's)
     m->ctrl.timed_target(std::max(1, (n_tokens + n_seqs / 2) / n_seqs), n_seqs, ms);
     m->ctrl.pending = 0;

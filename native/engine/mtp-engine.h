@@ -196,9 +196,15 @@ struct llama_mtp {
     // emits as many tokens as their positions differ. Where the target context holds this sequence only
     // (a server of one slot), whole steps are timed that way for the controller's windows, as the own
     // loop times them.
-    mtp::clock_type::time_point caller_t{};            // the last llama_mtp_draft's entry
-    llama_pos                   caller_pos    = -1;    // its position (-1: no step under way that can be timed)
-    bool                        caller_single = false; // the target context holds one sequence (set at init)
+    mtp::clock_type::time_point caller_t{};                // the last llama_mtp_draft's entry
+    llama_pos                   caller_pos        = -1;    // its position (-1: no step under way that can be timed)
+    bool                        caller_single     = false; // the target context holds one sequence (set at init)
+    // traced (PYMTP_ADAPTIVE_TRACE, a server of one slot): the step under way's plan (-1: none or asleep),
+    // its target decode, and the draft and catch-up ms totals when it began
+    int32_t                     caller_k_plan     = -1;
+    double                      caller_target_ms  = 0.0;
+    double                      caller_draft_ms   = 0.0;
+    double                      caller_catchup_ms = 0.0;
 
     // ---- verification (mtp-verify.cpp) ----
     mtp_dist                 p;           // target distribution at the position being verified
