@@ -118,9 +118,7 @@ class sim {
         cold_left = m.cold_n;
         sizes_seen.clear();
         sizes_repeated.clear();
-        bool    dormant    = false;
-        int64_t sleep_left = 0;
-        int64_t left       = 0; // tokens left in the current generation
+        int64_t left = 0; // tokens left in the current generation
         while (r.tokens < n_tokens) {
             if (m.prompt > 0 && left <= 0) { // a new generation: prefill, its first token from the prefill's logits
                 left   = m.prompt - 1;
@@ -139,20 +137,17 @@ class sim {
             }
             if (!plain_only && c.on()) {
                 c.load = 1;
-                if (dormant) {
+                if (c.asleep) {
                     k = 0;
-                    c.n_dormant++;
-                    if (--sleep_left <= 0) { // wake
-                        dormant   = false;
+                    if (c.asleep_step()) { // wake
                         cold_left = m.cold_n;
                         c.woke();
                     }
                 } else {
                     k = c.plan(k);
                     if (c.sleeps_now(k)) {
-                        dormant    = true; // the queue and the MTP KV are dropped
-                        queue      = 0;
-                        sleep_left = c.fell_asleep();
+                        queue = 0; // the queue and the MTP KV are dropped
+                        c.fell_asleep();
                     }
                 }
             }
@@ -188,7 +183,7 @@ class sim {
             double        t = noisy(m.plain_ms * m.V(n) + m.sample_ms * n) + (n != prev_n ? m.switch_ms : 0.0) +
                               (sizes_seen.insert(n).second ? m.new_size_ms : 0.0) +
                               (n == prev_n && sizes_repeated.insert(n).second ? m.capture_ms : 0.0) +
-                              (dormant || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending();
+                              (c.asleep || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending();
             prev_n          = n;
             int32_t n_acc   = 0;
             while (n_acc < kd && u(rng) < m.cond(n_acc)) {
@@ -201,7 +196,7 @@ class sim {
             step_ms += t;
             parts += t;
             // catch-up
-            if (!dormant && !plain_only && mtp_on(fixed_k)) {
+            if (!c.asleep && !plain_only && mtp_on(fixed_k)) {
                 queue += n_out;
                 if (c.defer_catchup() && queue < mtp::controller::QUEUE) {
                     c.n_deferred += n_out;
@@ -216,7 +211,7 @@ class sim {
                 }
             }
             c.timed_overhead(gap + std::max(0.0, step_ms - parts));
-            if (!dormant) {
+            if (!c.asleep) {
                 c.stepped(n_out, gap + step_ms);
             }
             c.trace_step(k, kd, n_out, 0.0, t, 0.0, gap, step_ms);

@@ -181,10 +181,8 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     }
     int32_t k_plan = -1; // traced: what plan() allowed (-1: no plan this step)
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
-        m->ctrl.load         = 1;
-        const bool was_awake = !m->dormant;
-        k                    = m->plan_step(k); // the most this step drafts; it may stop earlier
-        k_plan               = was_awake ? k : -1;
+        m->ctrl.load = 1;
+        k            = m->plan_step(k, &k_plan); // the most this step drafts; it may stop earlier
     }
     int32_t rc = k > 0 ? m->flush_deferred() : LLAMA_MTP_OK;
     if (rc != LLAMA_MTP_OK) {
@@ -232,7 +230,7 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
         const double step_ms = mtp::ms_since(t_entry);
         const double parts   = (m->stats.t_draft_ms - draft_ms0) + target_ms + (m->stats.t_catchup_ms - catchup_ms0);
         m->ctrl.timed_overhead(gap + std::max(0.0, step_ms - parts));
-        if (!m->dormant) {
+        if (!m->ctrl.asleep) {
             m->ctrl.stepped(n_out, gap + step_ms); // end to end, for the controller's windows
         }
         m->ctrl.trace_step(k_plan, k, n_out, m->stats.t_draft_ms - draft_ms0, target_ms,
@@ -500,7 +498,7 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
             }
         }
     }
-    if (m0->ctx_mtp == nullptr || (n_runs == 1 && m0->dormant)) {
+    if (m0->ctx_mtp == nullptr || (n_runs == 1 && m0->ctrl.asleep)) {
         return LLAMA_MTP_OK; // asleep (a one-slot server): the target output no hidden states, nothing kept
     }
     const auto    t0    = mtp::clock_type::now();
@@ -547,7 +545,7 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     if (m->caller_single && m->caller_pos >= 0 && pos > m->caller_pos && pos - m->caller_pos <= m->ctrl.k_max + 1) {
         const int32_t n_out   = pos - m->caller_pos;
         const double  step_ms = std::chrono::duration<double, std::milli>(t_entry - m->caller_t).count();
-        if (!m->dormant) {
+        if (!m->ctrl.asleep) {
             m->ctrl.stepped(n_out, step_ms);
         }
         m->ctrl.trace_step(m->caller_k_plan, (int32_t) m->drafts.size(), n_out,
@@ -566,9 +564,7 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
         // at the load of the last reported decode; a server of one slot sleeps as the own loop does (with
         // several, the target's hidden-state output is the context's, shared by every slot)
-        const bool was_awake = !m->dormant;
-        k                    = m->caller_single ? m->plan_step(k) : m->ctrl.plan(k);
-        m->caller_k_plan     = was_awake ? k : -1;
+        k = m->caller_single ? m->plan_step(k, &m->caller_k_plan) : (m->caller_k_plan = m->ctrl.plan(k));
     }
     m->ctrl.pending = 1;
     if (m->ctx_mtp == nullptr || k <= 0) {
@@ -644,15 +640,16 @@ void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, do
 
 // ---- adaptive draft length ----
 
-int32_t llama_mtp::plan_step(int32_t k) {
-    if (dormant) {
-        ctrl.n_dormant++;
-        if (--sleep_left <= 0) {
+int32_t llama_mtp::plan_step(int32_t k, int32_t * k_plan) {
+    if (ctrl.asleep) {
+        *k_plan = -1;
+        if (ctrl.asleep_step()) {
             wake(); // from the next step on
         }
         return 0;
     }
-    k = ctrl.plan(k);
+    k       = ctrl.plan(k);
+    *k_plan = k;
     if (ctrl.sleeps_now(k)) {
         sleep(); // plain decoding has kept winning: this step is the first asleep
     }

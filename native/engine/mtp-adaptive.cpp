@@ -593,6 +593,8 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
 }
 
 void controller::woke() {
+    asleep       = false;
+    sleep_left   = 0;
     wake_probe   = WAKE_PROBE;
     cold_drafts  = COLD_DRAFTS;
     cold_targets = COLD_TARGETS;

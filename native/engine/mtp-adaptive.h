@@ -184,6 +184,8 @@ struct controller {
     double  behind      = 1.0; // the last plan: plain decoding's long-run (asleep) rate over the best drafting length's
                                //   (1: drafting leads)
     int64_t sleep_len   = SLEEP_MIN;     // the next sleep's length
+    bool    asleep      = false;         // the MTP side sleeps (own loop, a one-slot server)
+    int64_t sleep_left  = 0;             // steps until it wakes
     int64_t wake_probe  = 0;             // steps left until the probe after waking (0: none pending)
     int32_t cold_drafts = COLD_DRAFTS;   // draft decodes left untimed (new graphs: at the start, after waking)
     int32_t cold_targets = COLD_TARGETS; // target decodes left untimed (the same)
@@ -244,12 +246,17 @@ struct controller {
         }
         return ++quiet_run >= quiet_limit() && k == 0;
     }
-    // the MTP side fell asleep: this sleep's length in steps (the next one doubles, up to SLEEP_MAX)
-    int64_t fell_asleep() {
-        const int64_t len = sleep_len;
-        sleep_len         = std::min(2 * sleep_len, SLEEP_MAX);
-        quiet_run         = 0;
-        return len;
+    // the MTP side fell asleep, for sleep_len steps (the next sleep doubles, up to SLEEP_MAX)
+    void fell_asleep() {
+        asleep     = true;
+        sleep_left = sleep_len;
+        sleep_len  = std::min(2 * sleep_len, SLEEP_MAX);
+        quiet_run  = 0;
+    }
+    // asleep: this step is a plain one; true when the sleep is over (the caller wakes its MTP side)
+    bool asleep_step() {
+        n_dormant++;
+        return --sleep_left <= 0;
     }
     // how far drafting's best rate is behind plain decoding's long-run (asleep) rate
     static double lag(double plain_rate, double draft_rate) {

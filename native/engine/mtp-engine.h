@@ -188,9 +188,7 @@ struct llama_mtp {
 
     // ---- adaptive draft length (mtp-adaptive.cpp) ----
     mtp::controller             ctrl;
-    bool                        dormant = false; // the MTP side sleeps (see mtp::controller): own loop, one-slot server
-    int64_t                     sleep_left = 0;  // steps until it wakes
-    mtp::clock_type::time_point step_exit{};     // when the last llama_mtp_step returned (the caller's time after it)
+    mtp::clock_type::time_point step_exit{}; // when the last llama_mtp_step returned (the caller's time after it)
     bool                        step_exited = false;
     // caller-decoded (llama-server): one step of a sequence runs from one llama_mtp_draft to the next, and
     // emits as many tokens as their positions differ. Where the target context holds this sequence only
@@ -245,8 +243,8 @@ struct llama_mtp {
     void           wake();
     // the adaptive controller's draft length for this step (at most k), asleep or awake: asleep, 0 (a plain
     // step, as with MTP off) and a step nearer waking; awake, plan(k), falling asleep where plain decoding
-    // has kept winning
-    int32_t        plan_step(int32_t k);
+    // has kept winning. k_plan: what plan() allowed, traced (-1: asleep, no plan)
+    int32_t        plan_step(int32_t k, int32_t * k_plan);
     // whether observed entries wait in the queue (the controller defers and the queue is not full)
     bool           defers() const { return ctrl.defer_catchup() && queue.size() < mtp::controller::QUEUE; }
 

@@ -104,7 +104,7 @@ int32_t llama_mtp::write_queued(const std::vector<llama_mtp *> & engines) {
 }
 
 int32_t llama_mtp::catch_up(const llama_token * toks, int32_t n, llama_pos p0) {
-    if (ctx_mtp == nullptr || n <= 0 || dormant) {
+    if (ctx_mtp == nullptr || n <= 0 || ctrl.asleep) {
         return LLAMA_MTP_OK; // asleep: no hidden states to pair, nothing kept (the MTP KV restarts on waking)
     }
     const auto t0 = mtp::clock_type::now();
@@ -119,23 +119,20 @@ int32_t llama_mtp::catch_up(const llama_token * toks, int32_t n, llama_pos p0) {
 }
 
 void llama_mtp::sleep() {
-    if (ctx_mtp == nullptr || dormant) {
+    if (ctx_mtp == nullptr || ctrl.asleep) {
         return;
     }
     llama_set_embeddings_nextn(ctx_tgt, false, /*masked*/ false);
     truncate_mtp_to(0);
     target_h.truncate_to(0);
-    dormant    = true;
-    sleep_left = ctrl.fell_asleep();
+    ctrl.fell_asleep();
 }
 
 void llama_mtp::wake() {
-    if (!dormant) {
+    if (!ctrl.asleep) {
         return;
     }
     llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
-    dormant    = false;
-    sleep_left = 0;
     ctrl.woke();
 }
 
