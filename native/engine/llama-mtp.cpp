@@ -564,7 +564,7 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
         // at the load of the last reported decode; a server of one slot sleeps as the own loop does (with
         // several, the target's hidden-state output is the context's, shared by every slot)
-        k = m->caller_single ? m->plan_step(k, &m->caller_k_plan) : (m->caller_k_plan = m->ctrl.plan(k));
+        k = m->caller_single ? m->plan_step(k, &m->caller_k_plan) : m->ctrl.plan(k);
     }
     m->ctrl.pending = 1;
     if (m->ctx_mtp == nullptr || k <= 0) {
