@@ -33,19 +33,19 @@ from pymtp.server import free_port, plan_launch, start_server, stop_server, wait
 
 
 class Server:
-    def __init__(self, model: Path, mtp: str, parallel: int, args, log_dir: Path) -> None:
+    def __init__(self, model: Path, mtp: str, parallel: int, args, log_dir: Path, tag: str | None = None) -> None:
         launch = plan_launch(model, port=free_port(), mtp=mtp, n_draft=args.n_draft, ctx=args.ctx,
                              parallel=parallel, ngl=args.ngl, threads=args.threads,
                              extra=["--no-webui", *(["--no-cache-prompt"] if args.no_cache else []),
                                     *args.server_args.split()])
         self.url, self.mtp, self.parallel = launch.url, launch.mtp, parallel
-        self.log = open(log_dir / f"{mtp}-{parallel}.log", "wb")
+        self.log = open(log_dir / f"{tag or mtp}-{parallel}.log", "wb")
         self.proc = start_server(launch.argv, stdout=self.log, stderr=subprocess.STDOUT)
         wait_until_ready(self.url, self.proc, timeout=600)
 
-    def chat(self, prompt: str, n: int, temp: float, seed: int) -> dict:
+    def chat(self, prompt: str, n: int, temp: float, seed: int, extra: dict | None = None) -> dict:
         body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n, "temperature": temp,
-                "seed": seed}
+                "seed": seed, **(extra or {})}
         req = urllib.request.Request(self.url + "/v1/chat/completions", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=600) as r:
