@@ -10,7 +10,7 @@
 //              rebuilds its graph: the 27B shape on the H100 measured 4-6 ms before patch 0011 kept one
 //              CUDA graph per shape, ~0.4 ms since)
 //   new_size   the first decode of each size costs new_size_ms more (a graph built and captured: the 27B
-//              shape, a first 5-token verify 28 ms against 22 ms warm)
+//              shape, a first 5-token verify 28 ms against 22 ms warm); so does each catch-up size
 //   gpu        1 (default): the machine is a GPU, as the engine tells the controller (`graphs`); 0: a CPU
 //   capture    the first decode of a size right after one of the same size (its first repeat) costs
 //              capture_ms more (ggml-cuda captures the size's CUDA graph then: the 27B shape on the H100,
@@ -20,12 +20,15 @@
 //              the step returned and lands in the next timed part (the next draft, or the next target decode)
 //   O          the caller's time between steps
 //   hidden_ms  what outputting the hidden state adds to a target decode while the MTP side is awake
-//   cold_ms    what each of the first cold_n draft decodes costs more (new graphs: at the start, after waking)
+//   cold_ms    what each of the first cold_n draft decodes costs more (new graphs: at the start, after waking),
+//              and each of the first cold_n catch-up decodes
 //   prompt     tokens per generation (0: one generation): each starts after a prefill (the next decode is a
 //              change of size, and prefill_ms of the prompt's MTP catch-up lands in the next timed part),
 //              its first token comes from the prefill's logits, and a step drafts at most the tokens left
 //              less one (as llama_mtp_step caps k by n_out_max), so a generation ends in short drafts
-// Acceptance: synthetic per-position rates (unconditional, as `pymtp bench --synthetic-rates`).
+// Acceptance: synthetic per-position rates (unconditional, as `pymtp bench --synthetic-rates`); with
+// acc_spread > 0 the text varies: every acc_seg steps the conditional rates are scaled by a new factor
+// drawn from [1 - acc_spread, 1 + acc_spread] (a real head's probes land on easier or harder text).
 // Timings get multiplicative noise (jitter) from a seeded generator.
 //
 // Usage: controller_sim key=value ...  (see main() for the keys); prints one JSON object. trace=FILE
@@ -66,6 +69,8 @@ struct machine {
     int64_t             prompt      = 0;     // tokens per generation (0: one generation of all the tokens)
     double              prefill_ms  = 4.0;   // the prompt's MTP catch-up, landing in the next timed part
     double              new_size_ms = 0.0;   // the first decode of each size (graph built)
+    double              acc_spread  = 0.0;   // text varies: each segment of acc_seg steps scales the rates
+    int64_t             acc_seg     = 64;    //   by a factor drawn from [1 - acc_spread, 1 + acc_spread]
     double              capture_ms  = 0.0;   // the first repeat of each size (CUDA graph captured)
     int32_t             gpu         = 1;     // a GPU (the controller is told so, as the engine tells it)
 
@@ -116,8 +121,12 @@ class sim {
         c.trace = fixed_k < 0 ? trace : nullptr; // the controller's run only
         result r;
         cold_left = m.cold_n;
+        catchup_cold_left = m.cold_n;
+        catchup_sizes_seen.clear();
         sizes_seen.clear();
         sizes_repeated.clear();
+        seg_left   = 0;
+        acc_factor = 1.0;
         int64_t left = 0; // tokens left in the current generation
         while (r.tokens < n_tokens) {
             if (m.prompt > 0 && left <= 0) { // a new generation: prefill, its first token from the prefill's logits
@@ -140,7 +149,8 @@ class sim {
                 if (c.asleep) {
                     k = 0;
                     if (c.asleep_step()) { // wake
-                        cold_left = m.cold_n;
+                        cold_left         = m.cold_n;
+                        catchup_cold_left = m.cold_n;
                         c.woke();
                     }
                 } else {
@@ -186,7 +196,11 @@ class sim {
                               (c.asleep || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending();
             prev_n          = n;
             int32_t n_acc   = 0;
-            while (n_acc < kd && u(rng) < m.cond(n_acc)) {
+            if (m.acc_spread > 0.0 && (seg_left -= 1) <= 0) { // text that drafts better or worse for a while
+                seg_left   = m.acc_seg;
+                acc_factor = 1.0 + m.acc_spread * (2.0 * u(rng) - 1.0);
+            }
+            while (n_acc < kd && u(rng) < std::min(0.99, acc_factor * m.cond(n_acc))) {
                 n_acc++;
             }
             const int32_t n_out = n_acc + 1;
@@ -201,12 +215,20 @@ class sim {
                 if (c.defer_catchup() && queue < mtp::controller::QUEUE) {
                     c.n_deferred += n_out;
                 } else {
-                    const double w = write_rows(queue);
-                    queue          = 0;
+                    const int32_t rows = queue;
+                    double        w    = write_rows(queue);
+                    queue              = 0;
+                    if (catchup_cold_left > 0) { // new graphs of the MTP context, as its first drafts
+                        catchup_cold_left--;
+                        w += m.cold_ms;
+                    }
+                    if (catchup_sizes_seen.insert(rows).second) { // a catch-up of a new size: its graph built
+                        w += m.new_size_ms;
+                    }
                     step_ms += w;
                     parts += w;
-                    if (n_out > 1 && c.on()) {
-                        c.catchup.add(w);
+                    if (n_out > 1) {
+                        c.timed_catchup(rows, w);
                     }
                 }
             }
@@ -255,6 +277,10 @@ class sim {
     int32_t                                queue     = 0;
     int32_t                                prev_n    = 1;
     int32_t                                cold_left = 0;
+    int64_t                                seg_left   = 0;   // steps left in the current text segment
+    double                                 acc_factor = 1.0; // its acceptance factor (acc_spread)
+    int32_t                                catchup_cold_left = 0; // the same for catch-up decodes
+    std::set<int32_t>                      catchup_sizes_seen;    // catch-up decode sizes met (new_size_ms)
     std::set<int32_t>                      sizes_seen;   // target decode sizes met so far (new_size_ms)
     std::set<int32_t>                      sizes_repeated; // sizes decoded twice in a row so far (capture_ms)
 };
@@ -317,6 +343,8 @@ int main(int argc, char ** argv) {
             { "caller_ms", [&](const char * x) { m.caller_ms     = std::atof(x); } },
             { "hidden_ms", [&](const char * x) { m.hidden_ms     = std::atof(x); } },
             { "jitter", [&](const char * x) { m.jitter           = std::atof(x); } },
+            { "acc_spread", [&](const char * x) { m.acc_spread   = std::atof(x); } },
+            { "acc_seg", [&](const char * x) { m.acc_seg         = std::atoll(x); } },
             { "rates", [&](const char * x) { m.rates             = parse_list(x); } },
             { "conf", [&](const char * x) { m.conf               = (float) std::atof(x); } },
             { "cold_ms", [&](const char * x) { m.cold_ms         = std::atof(x); } },

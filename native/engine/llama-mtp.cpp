@@ -222,8 +222,8 @@ int32_t llama_mtp_step(llama_mtp * m, llama_sampler * smpl, int32_t n_draft, lla
     m->tokens.insert(m->tokens.end(), vt.begin(), vt.begin() + n_out);
     const auto t1 = mtp::clock_type::now();
     rc            = m->catch_up(vt.data(), n_out, n_past);
-    if (n_out > 1 && m->ctrl.on() && !m->ctrl.pinned) {
-        m->ctrl.catchup.add(mtp::ms_since(t1));
+    if (n_out > 1) {
+        m->ctrl.timed_catchup(n_out, mtp::ms_since(t1));
     }
     m->id_last = out[n_out - 1];
     if (gap >= 0.0) { // what the step cost outside its timed parts, and the caller's time before it
@@ -527,7 +527,7 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
     for (int32_t r = 0; r < n_runs; ++r) {
         runs[r].mtp->stats.t_catchup_ms += ms; // the shared decode, split evenly
         if (runs[r].n_tokens > 1 && runs[r].n_tokens <= runs[r].mtp->ctrl.k_max + 1 && !now.empty()) {
-            runs[r].mtp->ctrl.timed_catchup(ms); // a verified step's rows (not a prompt chunk)
+            runs[r].mtp->ctrl.timed_catchup(runs[r].n_tokens, ms); // a verified step's rows (not a prompt chunk)
         }
     }
     return rc;

@@ -78,7 +78,7 @@ double controller::accept(int32_t i, float c) const {
     // a position seldom reached leans on the one before it (then on PRIOR_A)
     double a = PRIOR_A;
     for (int32_t j = 0; j <= i; ++j) {
-        a = acc[mode][j].get(a, PRIOR_W);
+        a = std::max(acc[mode][j].get(a, PRIOR_W), acc_long[mode][j].get(a, PRIOR_W));
     }
     if (c < 0.0f) {
         return a;
@@ -477,6 +477,7 @@ void controller::verified(int32_t k, int32_t n_acc) {
     for (int32_t i = 0; i < std::min(k, n_acc + 1) && i < K; ++i) {
         const bool ok = i < n_acc;
         acc[mode][i].add(ok, KEEP);
+        acc_long[mode][i].add(ok, KEEP_LONG);
         const float c = i < (int32_t) conf.size() ? conf[i] : -1.0f;
         if (c >= 0.0f) {
             cal[mode][i][std::clamp((int32_t) (c * BINS), 0, BINS - 1)].add(ok, KEEP);
@@ -593,16 +594,17 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
 }
 
 void controller::woke() {
-    asleep       = false;
-    sleep_left   = 0;
-    wake_probe   = WAKE_PROBE;
-    cold_drafts  = COLD_DRAFTS;
-    cold_targets = COLD_TARGETS;
-    window_left  = 0; // a fresh window (stepped() opens it): the sleeping steps are no window's
+    asleep        = false;
+    sleep_left    = 0;
+    wake_probe    = WAKE_PROBE;
+    cold_drafts   = COLD_DRAFTS;
+    cold_targets  = COLD_TARGETS;
+    cold_catchups = COLD_DRAFTS;
+    window_left   = 0; // a fresh window (stepped() opens it): the sleeping steps are no window's
     // and a free one: the probe after waking runs in it (a plain window would hold it back, and the
     // MTP side could fall asleep again before it ran)
-    window_plain = false;
-    window_check = false;
+    window_plain  = false;
+    window_check  = false;
 }
 
 void controller::reset_stats() {

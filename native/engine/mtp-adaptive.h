@@ -91,12 +91,13 @@ struct decayed_rate {
 
 struct controller {
     static constexpr int32_t K           = LLAMA_MTP_MAX_DRAFT;
-    static constexpr int32_t LOADS       = 16;   // loads 1..16 tracked apart (more: as 16)
-    static constexpr int32_t BINS        = 8;    // confidence buckets of [0, 1]
-    static constexpr int32_t MODES       = 3;    // greedy, chain, stochastic
-    static constexpr int32_t QUEUE       = 256;  // deferred MTP rows written once this many wait
-    static constexpr double  KEEP        = 0.99; // acceptance counts decay: ~100 recent drafts per position
-    static constexpr double  PRIOR_A     = 0.6;  // acceptance before any is measured (optimistic: it probes)
+    static constexpr int32_t LOADS       = 16;    // loads 1..16 tracked apart (more: as 16)
+    static constexpr int32_t BINS        = 8;     // confidence buckets of [0, 1]
+    static constexpr int32_t MODES       = 3;     // greedy, chain, stochastic
+    static constexpr int32_t QUEUE       = 256;   // deferred MTP rows written once this many wait
+    static constexpr double  KEEP        = 0.99;  // acceptance counts decay: ~100 recent drafts per position
+    static constexpr double  KEEP_LONG   = 0.999; //   and ~1000 in the long-run rate (see acc_long)
+    static constexpr double  PRIOR_A     = 0.6;   // acceptance before any is measured (optimistic: it probes)
     static constexpr double  PRIOR_W     = 2.0;
     static constexpr double  PRIOR_D     = 0.25; // a draft decode before one is timed, in plain steps
     static constexpr double  PRIOR_DV    = 0.15; // extra verify cost per token before measured, in plain steps
@@ -157,7 +158,13 @@ struct controller {
                              // only the decode; the engine's own loop times both together)
     running_mean  switching; // S: what a decode of a new size costs on top of a steady one (a GPU
                              // backend re-captures its graph: ~2 slow decodes after each change)
+    // Acceptance per position: recent (KEEP, ~100 drafts: easy and hard text) and long-run (KEEP_LONG, ~1000).
+    // A position's rate is the larger of the two. The recent one alone is biased low wherever drafting
+    // stops: drafting stops when it dips, and then stays frozen at the dip while plain decoding runs (the
+    // simulator, SmolLM2's one-slot H100 server shape: 0.45 over the 277 drafts of a run against a true
+    // 0.54, so k=2, 1.05x of plain there, looked 3% behind and the MTP side slept)
     decayed_rate  acc[MODES][K];
+    decayed_rate  acc_long[MODES][K];
     decayed_rate  cal[MODES][K][BINS];
     // What the model cannot see (a GPU finishing one step's MTP catch-up during the next step, a catch-up
     // the deferral pushes onto the next drafting step, the caller's work per token) shows only in the
@@ -183,15 +190,17 @@ struct controller {
     int64_t       quiet_run       = 0; // own loop: steps since the controller last chose to draft (probes: quiet)
     double  behind      = 1.0; // the last plan: plain decoding's long-run (asleep) rate over the best drafting length's
                                //   (1: drafting leads)
-    int64_t sleep_len   = SLEEP_MIN;     // the next sleep's length
-    bool    asleep      = false;         // the MTP side sleeps (own loop, a one-slot server)
-    int64_t sleep_left  = 0;             // steps until it wakes
-    int64_t wake_probe  = 0;             // steps left until the probe after waking (0: none pending)
-    int32_t cold_drafts = COLD_DRAFTS;   // draft decodes left untimed (new graphs: at the start, after waking)
-    int32_t cold_targets = COLD_TARGETS; // target decodes left untimed (the same)
-    bool    window_check = false;        // the current window runs the policy that is behind
-    double  window_tok   = 0.0;
-    double  window_ms    = 0.0;
+    int64_t sleep_len   = SLEEP_MIN;           // the next sleep's length
+    bool    asleep      = false;               // the MTP side sleeps (own loop, a one-slot server)
+    int64_t sleep_left  = 0;                   // steps until it wakes
+    int64_t wake_probe  = 0;                   // steps left until the probe after waking (0: none pending)
+    int32_t cold_drafts = COLD_DRAFTS;         // draft decodes left untimed (new graphs: at the start, after waking)
+    int32_t cold_targets       = COLD_TARGETS; // target decodes left untimed (the same)
+    int32_t cold_catchups      = COLD_DRAFTS;  // catch-up decodes left untimed (the same)
+    bool    catchup_met[K + 1] = {};           // a catch-up decode of this many rows has been seen (GPU: captured)
+    bool    window_check       = false;        // the current window runs the policy that is behind
+    double  window_tok         = 0.0;
+    double  window_ms          = 0.0;
 
     // ---- the current step ----
     int32_t       mode            = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
@@ -343,9 +352,20 @@ struct controller {
             sampling.add(ms / n);
         }
     }
-    void timed_catchup(double ms) {
+    // the MTP catch-up of a verified step's n rows took ms. Its cold decodes go untimed as the drafts' do:
+    // the first ones at the start and after waking, and on a GPU the first of each size (graphs built and
+    // captured). Timed, they made W 6 ms against 0.2 warm (H100, SmolLM2, llama-server of one slot: the
+    // first two catch-ups 7.8 and 15 ms), and drafting looked 0.2-0.7 ms a step dearer than it was for
+    // hundreds of steps, long enough to send the MTP side to sleep where k=2 ran 1.09x of MTP off.
+    void timed_catchup(int32_t n, double ms) {
+        bool & met = catchup_met[std::clamp(n, 1, K + 1) - 1];
+        if (cold_catchups > 0 || (graphs && !met)) {
+            cold_catchups = std::max(0, cold_catchups - 1);
+            met           = true;
+            return;
+        }
         if (on() && !pinned) {
-            catchup.add(ms);
+            catchup.add(catchup.n >= 3 ? std::min(ms, 4.0 * catchup.v) : ms);
         }
     }
     // a draft decode and its draft choice took ms (learned while on)
