@@ -20,6 +20,7 @@
 //              the step returned and lands in the next timed part (the next draft, or the next target decode)
 //   O          the caller's time between steps
 //   hidden_ms  what outputting the hidden state adds to a target decode while the MTP side is awake
+//   wake_target  the first wake_target_n target decodes after the start and after waking cost wake_target_ms more
 //   cold_ms    what each of the first cold_n draft decodes costs more (new graphs: at the start, after waking),
 //              and each of the first cold_n catch-up decodes
 //   prompt     tokens per generation (0: one generation): each starts after a prefill (the next decode is a
@@ -28,7 +29,8 @@
 //              less one (as llama_mtp_step caps k by n_out_max), so a generation ends in short drafts
 // Acceptance: synthetic per-position rates (unconditional, as `pymtp bench --synthetic-rates`); with
 // acc_spread > 0 the text varies: every acc_seg steps the conditional rates are scaled by a new factor
-// drawn from [1 - acc_spread, 1 + acc_spread] (a real head's probes land on easier or harder text).
+// drawn from [1 - acc_spread, 1 + acc_spread] (a real head's probes land on easier or harder text); with
+// ctx_loss > 0 a draft accepts less where the MTP KV holds few rows (after waking: it restarts empty).
 // Timings get multiplicative noise (jitter) from a seeded generator.
 //
 // Usage: controller_sim key=value ...  (see main() for the keys); prints one JSON object. trace=FILE
@@ -71,6 +73,10 @@ struct machine {
     double              new_size_ms = 0.0;   // the first decode of each size (graph built)
     double              acc_spread  = 0.0;   // text varies: each segment of acc_seg steps scales the rates
     int64_t             acc_seg     = 64;    //   by a factor drawn from [1 - acc_spread, 1 + acc_spread]
+    double              wake_target_ms = 0.0; // the first wake_target_n target decodes at the start and after waking
+    int32_t             wake_target_n  = 8;   //   cost this much more (the hidden-state output's graphs: H100, 2-4 ms)
+    double              ctx_loss    = 0.0;   // acceptance x (1 - ctx_loss exp(-rows / ctx_tau)), rows: the MTP
+    double              ctx_tau     = 45.0;  //   rows since its KV restarted (CPU, SmolLM2 v2 head: 0.24, 45)
     double              capture_ms  = 0.0;   // the first repeat of each size (CUDA graph captured)
     int32_t             gpu         = 1;     // a GPU (the controller is told so, as the engine tells it)
 
@@ -122,15 +128,18 @@ class sim {
         result r;
         cold_left = m.cold_n;
         catchup_cold_left = m.cold_n;
+        tcold_left        = m.wake_target_n;
         catchup_sizes_seen.clear();
         sizes_seen.clear();
         sizes_repeated.clear();
         seg_left   = 0;
+        mtp_ctx    = m.prompt > 0 ? 0 : INT64_MAX / 2; // one generation: its context is all there
         acc_factor = 1.0;
         int64_t left = 0; // tokens left in the current generation
         while (r.tokens < n_tokens) {
             if (m.prompt > 0 && left <= 0) { // a new generation: prefill, its first token from the prefill's logits
                 left   = m.prompt - 1;
+                mtp_ctx = m.prompt; // the prompt's MTP rows are caught up (a new generation)
                 prev_n = 0;
                 if (!plain_only && mtp_on(fixed_k)) {
                     pending += m.prefill_ms;
@@ -151,7 +160,9 @@ class sim {
                     if (c.asleep_step()) { // wake
                         cold_left         = m.cold_n;
                         catchup_cold_left = m.cold_n;
+                        tcold_left        = m.wake_target_n;
                         c.woke();
+                        mtp_ctx = 0; // the MTP KV restarts empty
                     }
                 } else {
                     k = c.plan(k);
@@ -194,17 +205,27 @@ class sim {
                               (sizes_seen.insert(n).second ? m.new_size_ms : 0.0) +
                               (n == prev_n && sizes_repeated.insert(n).second ? m.capture_ms : 0.0) +
                               (c.asleep || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending();
+            if (tcold_left > 0 && !plain_only && mtp_on(fixed_k)) { // a target graph new since the start or waking
+                tcold_left--;
+                t += m.wake_target_ms;
+            }
             prev_n          = n;
             int32_t n_acc   = 0;
             if (m.acc_spread > 0.0 && (seg_left -= 1) <= 0) { // text that drafts better or worse for a while
                 seg_left   = m.acc_seg;
                 acc_factor = 1.0 + m.acc_spread * (2.0 * u(rng) - 1.0);
             }
-            while (n_acc < kd && u(rng) < std::min(0.99, acc_factor * m.cond(n_acc))) {
+            // a draft attends over the MTP rows written since the MTP KV restarted (waking; a new generation
+            // starts with its prompt's): fewer of them accept less (ctx_loss, ctx_tau)
+            const double ctx_factor = 1.0 - m.ctx_loss * std::exp(-(double) mtp_ctx / std::max(1.0, m.ctx_tau));
+            while (n_acc < kd && u(rng) < std::min(0.99, ctx_factor * acc_factor * m.cond(n_acc))) {
                 n_acc++;
             }
             const int32_t n_out = n_acc + 1;
             left -= n_out;
+            if (!c.asleep) {
+                mtp_ctx += n_out;
+            }
             c.verified(kd, n_acc);
             c.timed_target(n, 1, t);
             step_ms += t;
@@ -277,9 +298,11 @@ class sim {
     int32_t                                queue     = 0;
     int32_t                                prev_n    = 1;
     int32_t                                cold_left = 0;
+    int64_t                                mtp_ctx    = 0;   // MTP rows since the MTP KV restarted
     int64_t                                seg_left   = 0;   // steps left in the current text segment
     double                                 acc_factor = 1.0; // its acceptance factor (acc_spread)
     int32_t                                catchup_cold_left = 0; // the same for catch-up decodes
+    int32_t                                tcold_left        = 0; // target decodes left to cost wake_target_ms
     std::set<int32_t>                      catchup_sizes_seen;    // catch-up decode sizes met (new_size_ms)
     std::set<int32_t>                      sizes_seen;   // target decode sizes met so far (new_size_ms)
     std::set<int32_t>                      sizes_repeated; // sizes decoded twice in a row so far (capture_ms)
@@ -345,6 +368,10 @@ int main(int argc, char ** argv) {
             { "jitter", [&](const char * x) { m.jitter           = std::atof(x); } },
             { "acc_spread", [&](const char * x) { m.acc_spread   = std::atof(x); } },
             { "acc_seg", [&](const char * x) { m.acc_seg         = std::atoll(x); } },
+            { "ctx_loss", [&](const char * x) { m.ctx_loss       = std::atof(x); } },
+            { "wake_target_ms", [&](const char * x) { m.wake_target_ms = std::atof(x); } },
+            { "wake_target_n", [&](const char * x) { m.wake_target_n = std::atoi(x); } },
+            { "ctx_tau", [&](const char * x) { m.ctx_tau         = std::atof(x); } },
             { "rates", [&](const char * x) { m.rates             = parse_list(x); } },
             { "conf", [&](const char * x) { m.conf               = (float) std::atof(x); } },
             { "cold_ms", [&](const char * x) { m.cold_ms         = std::atof(x); } },

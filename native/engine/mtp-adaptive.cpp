@@ -78,7 +78,7 @@ double controller::accept(int32_t i, float c) const {
     // a position seldom reached leans on the one before it (then on PRIOR_A)
     double a = PRIOR_A;
     for (int32_t j = 0; j <= i; ++j) {
-        a = std::max(acc[mode][j].get(a, PRIOR_W), acc_long[mode][j].get(a, PRIOR_W));
+        a = acc[mode][j].get(a, PRIOR_W);
     }
     if (c < 0.0f) {
         return a;
@@ -206,8 +206,14 @@ void controller::stepped(int32_t n_tok, double ms) {
     if (!on() || pinned || !(ms > 0.0) || n_tok <= 0) {
         return;
     }
-    own_loop = true;
-    if (hold && ++blk_seen > BLK_SKIP && k_last == block_k) { // block mode: its steady steps, end to end
+    own_loop        = true;
+    // a step that carried a cold decode (graphs built or captured, a KV just restarted) is not what its
+    // length costs: blocks and windows leave it out. (H100, SmolLM2, T=0.7: the first plain steps after
+    // waking took 3-5 ms against 1.2, the plain block holding them ran dear for several blocks, and k=1
+    // blocks, 18% behind plain per token, ran 238 steps.)
+    const bool cold = step_cold;
+    step_cold       = false;
+    if (hold && ++blk_seen > BLK_SKIP && k_last == block_k && !cold) { // block mode: its steady steps, end to end
         const double unit = block_unit();
         blk_time += unit > 0.0 ? ms / unit : 0.0;
         blk_steps += unit > 0.0 ? 1 : 0;
@@ -216,8 +222,10 @@ void controller::stepped(int32_t n_tok, double ms) {
         window_left = WINDOW;
         window_tok = window_ms = 0.0;
     }
-    window_tok += n_tok;
-    window_ms += ms;
+    if (!cold) {
+        window_tok += n_tok;
+        window_ms += ms;
+    }
     if (--window_left == 0) {
         // each policy's first window is cold (graphs built and captured for new sizes, costs and acceptance
         // not learned yet) and would weigh on its rate for many windows: it only opens the measurements
@@ -477,7 +485,6 @@ void controller::verified(int32_t k, int32_t n_acc) {
     for (int32_t i = 0; i < std::min(k, n_acc + 1) && i < K; ++i) {
         const bool ok = i < n_acc;
         acc[mode][i].add(ok, KEEP);
-        acc_long[mode][i].add(ok, KEEP_LONG);
         const float c = i < (int32_t) conf.size() ? conf[i] : -1.0f;
         if (c >= 0.0f) {
             cal[mode][i][std::clamp((int32_t) (c * BINS), 0, BINS - 1)].add(ok, KEEP);
@@ -502,6 +509,7 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
     held              = held || (met && repeat);
     met               = true;
     if (cold) {
+        step_cold    = true;
         cold_targets = std::max(0, cold_targets - 1);
         n_prev[1]    = n_prev[0];
         n_prev[0]    = n;
@@ -523,7 +531,12 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
         switching.add(ms - t.v); // signed: noise averages out
         // less the change's cost, these follow drift too (a size may run steady only now and then: a
         // machine under other load would otherwise keep its T(n) from a quieter time)
+#ifndef SIMV_T1
         add(std::max(0.0, ms - std::max(0.0, switching.v)));
+#else
+        if (n > 1)
+            add(std::max(0.0, ms - std::max(0.0, switching.v)));
+#endif
     } else if (!graphs) {
         // a single steady sample: this one replaces it (running_mean). Not on a GPU, where a changed-size
         // decode carries re-captured graphs (H100, SmolLM2: the first plain decode after the first drafts

@@ -91,13 +91,12 @@ struct decayed_rate {
 
 struct controller {
     static constexpr int32_t K           = LLAMA_MTP_MAX_DRAFT;
-    static constexpr int32_t LOADS       = 16;    // loads 1..16 tracked apart (more: as 16)
-    static constexpr int32_t BINS        = 8;     // confidence buckets of [0, 1]
-    static constexpr int32_t MODES       = 3;     // greedy, chain, stochastic
-    static constexpr int32_t QUEUE       = 256;   // deferred MTP rows written once this many wait
-    static constexpr double  KEEP        = 0.99;  // acceptance counts decay: ~100 recent drafts per position
-    static constexpr double  KEEP_LONG   = 0.999; //   and ~1000 in the long-run rate (see acc_long)
-    static constexpr double  PRIOR_A     = 0.6;   // acceptance before any is measured (optimistic: it probes)
+    static constexpr int32_t LOADS       = 16;   // loads 1..16 tracked apart (more: as 16)
+    static constexpr int32_t BINS        = 8;    // confidence buckets of [0, 1]
+    static constexpr int32_t MODES       = 3;    // greedy, chain, stochastic
+    static constexpr int32_t QUEUE       = 256;  // deferred MTP rows written once this many wait
+    static constexpr double  KEEP        = 0.99; // acceptance counts decay: ~100 recent drafts per position
+    static constexpr double  PRIOR_A     = 0.6;  // acceptance before any is measured (optimistic: it probes)
     static constexpr double  PRIOR_W     = 2.0;
     static constexpr double  PRIOR_D     = 0.25; // a draft decode before one is timed, in plain steps
     static constexpr double  PRIOR_DV    = 0.15; // extra verify cost per token before measured, in plain steps
@@ -129,7 +128,12 @@ struct controller {
     static constexpr double  LEAD   = (1.0 + MARGIN) / (1.0 - AWAKE);
     static constexpr int64_t SLEEP_MIN    = 1024;  // own loop: steps of the first sleep; a sleep whose waking finds
     static constexpr int64_t SLEEP_MAX    = 16384; //   nothing to draft doubles the next one, up to this
-    static constexpr int64_t WAKE_PROBE   = 32;    // steps after waking (the MTP KV rebuilding) before a probe
+    // steps after waking before a probe: the MTP KV restarts empty, and a draft attends only over the rows
+    // written since (SmolLM2's v2 head on 12 MT-Bench answers, position 1 / 2 with the MTP KV cut to the
+    // last 32 rows: 0.471 / 0.194, 64: 0.503 / 0.234, 128: 0.516 / 0.251, whole: 0.536 / 0.264). A probe
+    // 32 steps after waking measured a head 12% worse than it was (and the server's one-slot engine slept
+    // again where k=2 ran 1.04-1.09x of plain); 128 awake plain steps cost ~3 plain steps a wake (AWAKE).
+    static constexpr int64_t WAKE_PROBE   = 128;
     static constexpr int32_t COLD_DRAFTS  = 4; // draft decodes left untimed at the start and after waking (new graphs)
     static constexpr int32_t COLD_TARGETS = 8; // target decodes left untimed at the start and after waking (H100,
                                                //   SmolLM2: the first ~10 take 3-12 ms against 1.3 ms warm)
@@ -158,13 +162,7 @@ struct controller {
                              // only the decode; the engine's own loop times both together)
     running_mean  switching; // S: what a decode of a new size costs on top of a steady one (a GPU
                              // backend re-captures its graph: ~2 slow decodes after each change)
-    // Acceptance per position: recent (KEEP, ~100 drafts: easy and hard text) and long-run (KEEP_LONG, ~1000).
-    // A position's rate is the larger of the two. The recent one alone is biased low wherever drafting
-    // stops: drafting stops when it dips, and then stays frozen at the dip while plain decoding runs (the
-    // simulator, SmolLM2's one-slot H100 server shape: 0.45 over the 277 drafts of a run against a true
-    // 0.54, so k=2, 1.05x of plain there, looked 3% behind and the MTP side slept)
     decayed_rate  acc[MODES][K];
-    decayed_rate  acc_long[MODES][K];
     decayed_rate  cal[MODES][K][BINS];
     // What the model cannot see (a GPU finishing one step's MTP catch-up during the next step, a catch-up
     // the deferral pushes onto the next drafting step, the caller's work per token) shows only in the
@@ -197,6 +195,7 @@ struct controller {
     int32_t cold_drafts = COLD_DRAFTS;         // draft decodes left untimed (new graphs: at the start, after waking)
     int32_t cold_targets       = COLD_TARGETS; // target decodes left untimed (the same)
     int32_t cold_catchups      = COLD_DRAFTS;  // catch-up decodes left untimed (the same)
+    bool    step_cold          = false;        // a decode of the step under way went untimed as cold
     bool    catchup_met[K + 1] = {};           // a catch-up decode of this many rows has been seen (GPU: captured)
     bool    window_check       = false;        // the current window runs the policy that is behind
     double  window_tok         = 0.0;
@@ -360,6 +359,7 @@ struct controller {
     void timed_catchup(int32_t n, double ms) {
         bool & met = catchup_met[std::clamp(n, 1, K + 1) - 1];
         if (cold_catchups > 0 || (graphs && !met)) {
+            step_cold     = true;
             cold_catchups = std::max(0, cold_catchups - 1);
             met           = true;
             return;
@@ -371,6 +371,7 @@ struct controller {
     // a draft decode and its draft choice took ms (learned while on)
     void timed_draft(double ms) {
         if (cold_drafts > 0) {
+            step_cold = true;
             cold_drafts--; // just woken: the MTP context's KV restarted, its graphs are new (H100: D 0.2 -> 1.8)
             return;
         }
