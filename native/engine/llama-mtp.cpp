@@ -542,15 +542,15 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     // (a server of one slot only: with several, measured on the CPU, 4 slots ran 0.88x of plain with these
     // windows against 1.00x without them, in runs of three rounds each), and traced as the own loop's steps
     const auto t_entry = mtp::clock_type::now();
-    if (m->caller_single && m->caller_pos >= 0 && pos > m->caller_pos && pos - m->caller_pos <= m->ctrl.k_max + 1) {
+    if (m->caller_pos >= 0 && pos > m->caller_pos && pos - m->caller_pos <= m->ctrl.k_max + 1) {
         const int32_t n_out   = pos - m->caller_pos;
         const double  step_ms = std::chrono::duration<double, std::milli>(t_entry - m->caller_t).count();
-        if (!m->ctrl.asleep) {
+        if (m->caller_single && !m->ctrl.asleep) {
             m->ctrl.stepped(n_out, step_ms);
         }
         m->ctrl.trace_step(m->caller_k_plan, (int32_t) m->drafts.size(), n_out,
                            m->stats.t_draft_ms - m->caller_draft_ms, m->caller_target_ms,
-                           m->stats.t_catchup_ms - m->caller_catchup_ms, -1.0, step_ms);
+                           m->stats.t_catchup_ms - m->caller_catchup_ms, -1.0, step_ms, m->params.seq_id);
     }
     m->verify_toks.assign(1, id_last);
     m->drafts.clear();
@@ -564,7 +564,7 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
         // at the load of the last reported decode; a server of one slot sleeps as the own loop does (with
         // several, the target's hidden-state output is the context's, shared by every slot)
-        k = m->caller_single ? m->plan_step(k, &m->caller_k_plan) : m->ctrl.plan(k);
+        k = m->caller_single ? m->plan_step(k, &m->caller_k_plan) : (m->caller_k_plan = m->ctrl.plan(k));
     }
     m->ctrl.pending = 1;
     if (m->ctx_mtp == nullptr || k <= 0) {
