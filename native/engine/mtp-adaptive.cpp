@@ -127,10 +127,15 @@ int32_t controller::plan(int32_t k_cap) {
     if (!on()) {
         return k_cap;
     }
-    k_cap    = std::min(k_cap, k_max);
-    step_cap = k_cap;
-    if (k_cap <= 0 || target_cost(1) <= 0.0) {
-        plain = true; // nothing to draft, or the plain cost is not measured yet: a plain step measures it
+    k_cap           = std::min(k_cap, k_max);
+    step_cap        = k_cap;
+    // nothing to draft, or the plain cost is not measured yet, or (several sequences) not measured steady at
+    // this load: plain steps measure it. (llama-server, four slots on the H100: as requests ended, loads 2
+    // and 3 came with only a few cold samples of a plain batch, a plain step looked up to 9x dearer than
+    // it was, and slots drafted k=1 there, 20% behind plain: 0.81x of MTP off in one run, 1.02x in the next.)
+    const int32_t l = std::clamp(load, 1, LOADS);
+    if (k_cap <= 0 || target_cost(1) <= 0.0 || (l >= 2 && (!steady_seen[l - 1][0] || target[l - 1][0].n < 3))) {
+        plain = true;
         rate  = 0.0;
         return 0;
     }
