@@ -536,12 +536,7 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
         switching.add(ms - t.v); // signed: noise averages out
         // less the change's cost, these follow drift too (a size may run steady only now and then: a
         // machine under other load would otherwise keep its T(n) from a quieter time)
-#ifndef SIMV_T1
         add(std::max(0.0, ms - std::max(0.0, switching.v)));
-#else
-        if (n > 1)
-            add(std::max(0.0, ms - std::max(0.0, switching.v)));
-#endif
     } else if (!graphs) {
         // a single steady sample: this one replaces it (running_mean). Not on a GPU, where a changed-size
         // decode carries re-captured graphs (H100, SmolLM2: the first plain decode after the first drafts
