@@ -633,8 +633,7 @@ void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, do
         m->stats.t_verify_ms += ms;
     }
     m->caller_target_ms = ms; // traced
-    // the batch's size per sequence (the others' drafts cost this decode as much as this one's)
-    m->ctrl.timed_target(std::max(1, (n_tokens + n_seqs / 2) / n_seqs), n_seqs, ms);
+    m->ctrl.timed_batch(m->ctrl.pending, n_seqs, n_tokens, ms);
     m->ctrl.pending = 0;
 }
 

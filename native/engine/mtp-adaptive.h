@@ -345,6 +345,8 @@ struct controller {
     void    verified(int32_t k, int32_t n_acc);
     // a target decode holding n tokens of this sequence, among `load` sequences, took ms (learned while on)
     void    timed_target(int32_t n, int32_t n_load, double ms);
+    // caller-decoded: a decode of n_tokens rows of n_seqs sequences, `own` of them this one's, took ms
+    void    timed_batch(int32_t own, int32_t n_seqs, int32_t n_tokens, double ms);
     // caller-decoded: verifying n rows (sampling) took ms; the MTP catch-up of a verified step took ms
     void    timed_sampling(int32_t n, double ms) {
         if (on() && !pinned && n > 0) {
