@@ -81,17 +81,23 @@ def main() -> int:
     args = ap.parse_args()
     args.no_cache, args.n_draft = False, "auto"
     n_drafts = [x.strip() for x in args.n_drafts.split(",") if x.strip()]
+    if not n_drafts:
+        ap.error("--n-drafts: give at least one draft length (auto or K)")
     for nd in n_drafts:
         if nd != "auto" and not (nd.isdigit() and int(nd) > 0):
             ap.error(f"--n-drafts: {nd!r} is neither auto nor a positive draft length")
-    names = {nd: "on" if nd == "auto" else f"k={nd}" for nd in n_drafts}
-    variants = {"off": ("off", {}), **{names[nd]: (names[nd], {}) for nd in n_drafts}}
+    server_of = {nd: "on" if nd == "auto" else f"k={nd}" for nd in n_drafts}  # config name = its server's
+    # config name -> (server name, request body merged in)
+    configs = {"off": ("off", {}), **{server_of[nd]: (server_of[nd], {}) for nd in n_drafts}}
     for v in args.variant:
         name, _, body = v.partition(":")
         try:
-            variants[name] = (names[n_drafts[0]], json.loads(body))
+            extra = json.loads(body)
         except json.JSONDecodeError as e:
             ap.error(f"--variant {v!r}: the part after ':' must be a JSON object ({e})")
+        if not name or name in configs or not isinstance(extra, dict):
+            ap.error(f"--variant {v!r}: NAME:JSON with a new NAME and a JSON object")
+        configs[name] = (server_of[n_drafts[0]], extra)
 
     if args.model is None:
         from pymtp.default_model import default_model_path
@@ -102,20 +108,21 @@ def main() -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="pymtp-server-ab-"))
     print(f"model {model.name}, {args.requests} requests x {args.n} tokens per configuration, logs {log_dir}",
           file=sys.stderr)
-    servers = {"off": Server(model, "off", 1, args, log_dir)}
-    for nd in n_drafts:
-        args.n_draft = nd
-        servers[names[nd]] = Server(model, "on", 1, args, log_dir, tag=names[nd])
-    rows: dict[str, list[dict]] = {name: [] for name in variants}
+    servers: dict[str, Server] = {}
+    rows: dict[str, list[dict]] = {name: [] for name in configs}
     try:
+        servers["off"] = Server(model, "off", 1, args, log_dir)
+        for nd in n_drafts:
+            args.n_draft = nd
+            servers[server_of[nd]] = Server(model, "on", 1, args, log_dir, tag=server_of[nd])
         for p in prompts[: args.warmup]:
-            for name, (srv, body) in variants.items():
+            for srv, body in configs.values():
                 request(servers[srv], p, args.n, body)
-        names = list(variants)
+        names = list(configs)
         for i in range(args.requests):
             order = names if i % 2 == 0 else names[::-1]
             for name in order:
-                srv, body = variants[name]
+                srv, body = configs[name]
                 rows[name].append(request(servers[srv], prompts[i % len(prompts)], args.n, body))
             if (i + 1) % 16 == 0:
                 print(f"  {i + 1} of {args.requests} requests", file=sys.stderr)
