@@ -257,15 +257,16 @@ def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
         a = request(i)
     assert a["dormant_steps"] == sum(a["steps_per_draft_length"]) > 0, a
     # 1024 steps later it wakes, rebuilds the MTP KV from the next decode and, 128 steps on (WAKE_PROBE),
-    # probes
+    # probes (a block of up to 8 drafting steps, or fewer where the probe is cut; then, with this head,
+    # it sleeps again)
     awake = drafted = 0
     for i in range(90):
         a = request(i)
         awake += sum(a["steps_per_draft_length"]) - a["dormant_steps"]
         drafted += sum(a["steps_per_draft_length"][1:])
-        if awake >= 136:
+        if drafted > 0 and awake >= 128:
             break
-    assert awake >= 136 and drafted > 0, (awake, drafted)
+    assert awake >= 128 and drafted > 0, (awake, drafted)
     log = on.log.read_text(errors="replace")
     assert " E " not in log.replace("E srv", ""), [ln for ln in log.splitlines() if " E " in ln][:5]
     assert on.healthy()
