@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from server_throughput import Server
+from server_throughput import Server, add_server_options
 
 from pymtp.bench.prompts import load_prompts
 
@@ -71,15 +71,12 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=128, help="max tokens per request (default: 128)")
     ap.add_argument("--n-drafts", default="auto",
                     help="one --mtp server per draft length, comma-separated: auto or K (default: auto)")
-    ap.add_argument("--ctx", type=int, default=2048)
-    ap.add_argument("--ngl", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--server-args", default="", help="extra arguments for both servers, one string")
+    add_server_options(ap)
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:JSON, a request body merged in for an extra configuration on the --mtp server")
     ap.add_argument("--out", default=None, help="write the JSON result here")
     args = ap.parse_args()
-    args.no_cache, args.n_draft = False, "auto"
+    args.n_draft = "auto"  # Server reads it; each --mtp server below sets its own
     n_drafts = [x.strip() for x in args.n_drafts.split(",") if x.strip()]
     if not n_drafts:
         ap.error("--n-drafts: give at least one draft length (auto or K)")

@@ -32,6 +32,15 @@ from pymtp.bench.prompts import load_prompts
 from pymtp.server import free_port, plan_launch, start_server, stop_server, wait_until_ready
 
 
+def add_server_options(ap: argparse.ArgumentParser) -> None:
+    """The llama-server options that Server reads (bench/server_ab.py shares them)."""
+    ap.add_argument("--ctx", type=int, default=2048, help="context per slot (default: 2048)")
+    ap.add_argument("--ngl", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--no-cache", action="store_true", help="start llama-server with --no-cache-prompt")
+    ap.add_argument("--server-args", default="", help="extra llama-server arguments, one string")
+
+
 class Server:
     def __init__(self, model: Path, mtp: str, parallel: int, args, log_dir: Path, tag: str | None = None) -> None:
         launch = plan_launch(model, port=free_port(), mtp=mtp, n_draft=args.n_draft, ctx=args.ctx,
@@ -112,11 +121,7 @@ def main() -> int:
                     help="auto (the engine's adaptive controller, the default) or a fixed K (default: auto)")
     ap.add_argument("--temp", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--ctx", type=int, default=2048, help="context per slot (default: 2048)")
-    ap.add_argument("--ngl", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--no-cache", action="store_true", help="start llama-server with --no-cache-prompt")
-    ap.add_argument("--server-args", default="", help="extra llama-server arguments, one string")
+    add_server_options(ap)
     ap.add_argument("--out", default=None, help="write the JSON result here")
     args = ap.parse_args()
 
