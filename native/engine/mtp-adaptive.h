@@ -252,7 +252,9 @@ struct controller {
             sleep_len = SLEEP_MIN;
             return false;
         }
-        return ++quiet_run >= quiet_limit() && k == 0;
+        // never before the probe after waking has run (WAKE_PROBE equals QUIET_FAR: a plain window
+        // that held the probe back let the quiet run put the MTP side back to sleep unprobed)
+        return ++quiet_run >= quiet_limit() && k == 0 && wake_probe == 0;
     }
     // the MTP side fell asleep, for sleep_len steps (the next sleep doubles, up to SLEEP_MAX)
     void fell_asleep() {
