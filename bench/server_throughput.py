@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -48,7 +49,8 @@ class Server:
                              extra=["--no-webui", *(["--no-cache-prompt"] if args.no_cache else []),
                                     *args.server_args.split()])
         self.url, self.mtp, self.parallel = launch.url, launch.mtp, parallel
-        self.log = open(log_dir / f"{tag or mtp}-{parallel}.log", "wb")
+        self.log_path = log_dir / f"{tag or mtp}-{parallel}.log"
+        self.log = open(self.log_path, "wb")
         self.proc = start_server(launch.argv, stdout=self.log, stderr=subprocess.STDOUT)
         wait_until_ready(self.url, self.proc, timeout=600)
 
@@ -57,12 +59,30 @@ class Server:
                 "seed": seed, **(extra or {})}
         req = urllib.request.Request(self.url + "/v1/chat/completions", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=600) as r:
-            return json.loads(r.read())
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            # what the server said and what it logged last: an HTTP 500 alone says nothing
+            self.log.flush()
+            tail = self.log_path.read_bytes()[-4000:].decode(errors="replace")
+            raise RuntimeError(f"server {self.log_path.stem} answered HTTP {e.code}: "
+                               f"{e.read().decode(errors='replace')[:2000]}\n--- its log ({self.log_path}) ends:\n"
+                               f"{tail}") from None
 
     def stop(self) -> None:
         stop_server(self.proc, timeout=30)
         self.log.close()
+
+
+def _json_object(text: str) -> dict:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return obj
 
 
 def _adaptive_note(res: dict) -> str:
@@ -83,8 +103,10 @@ def run_round(server: Server, prompts: list[str], args) -> dict:
     """All prompts through `server.parallel` clients at once; aggregate tok/s and MTP stats."""
     shares = [prompts[i::server.parallel] for i in range(server.parallel)]
 
+    extra = args.request if server.mtp else None
+
     def client(share: list[str]) -> list[dict]:
-        return [server.chat(p, args.n, args.temp, args.seed + i) for i, p in enumerate(share)]
+        return [server.chat(p, args.n, args.temp, args.seed + i, extra) for i, p in enumerate(share)]
 
     t0 = time.perf_counter()
     with cf.ThreadPoolExecutor(server.parallel) as ex:
@@ -121,6 +143,9 @@ def main() -> int:
                     help="auto (the engine's adaptive controller, the default) or a fixed K (default: auto)")
     ap.add_argument("--temp", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--request", type=_json_object, default=None,
+                    help='extra JSON fields of the --mtp server\'s requests, e.g. \'{"mtp_n_draft": 0}\' (the '
+                         'engine\'s bookkeeping without drafting)')
     add_server_options(ap)
     ap.add_argument("--out", default=None, help="write the JSON result here")
     args = ap.parse_args()

@@ -55,7 +55,7 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
         if (const char * trace = std::getenv("PYMTP_ADAPTIVE_TRACE"); trace != nullptr && *trace) {
             m->ctrl.trace = std::fopen(trace, "a"); // diagnosis (mtp-adaptive.h); NULL: not traced
         }
-        llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
+        llama_mtp::hidden_output(ctx_tgt, true);
         llama_set_embeddings_nextn(ctx_mtp, true, /*masked*/ true);
         llama_set_nextn_layer_offset(ctx_mtp, 0);
         m->init_parallel();
@@ -77,6 +77,9 @@ void llama_mtp_free(llama_mtp * mtp) {
         llama_batch_ext_free(mtp->head_batch[j]);
     }
     mtp->set_backend_greedy(false); // the contexts outlive the engine
+    if (mtp->ctx_mtp != nullptr && !mtp->ctrl.asleep) {
+        llama_mtp::hidden_output(mtp->ctx_tgt, false);
+    }
     if (mtp->ctrl.trace) {
         std::fclose(mtp->ctrl.trace);
     }
@@ -498,21 +501,31 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
             }
         }
     }
-    if (m0->ctx_mtp == nullptr || (n_runs == 1 && m0->ctrl.asleep)) {
-        return LLAMA_MTP_OK; // asleep (a one-slot server): the target output no hidden states, nothing kept
+    bool any_awake = false;
+    for (int32_t r = 0; r < n_runs; ++r) {
+        if (runs[r].p0 != runs[r].mtp->caller_pos) {
+            runs[r].mtp->caller_pos = -1; // not the rows of the step under way (a prompt): no step to time
+        }
+        any_awake = any_awake || !runs[r].mtp->ctrl.asleep;
+    }
+    if (m0->ctx_mtp == nullptr || !any_awake) {
+        return LLAMA_MTP_OK; // all asleep: nothing kept (the target may have output no hidden states)
     }
     const auto    t0    = mtp::clock_type::now();
     const float * h_all = llama_get_embeddings_nextn(m0->ctx_tgt);
     if (h_all == nullptr) {
         return LLAMA_MTP_ERR_STATE;
     }
-    // the caller decoded these positions again: whatever the MTP side held there is replaced
+    // the caller decoded these positions again: whatever the MTP side held there is replaced (an engine
+    // asleep keeps nothing)
     std::vector<llama_mtp *> now;
+    int32_t                  n_awake = 0;
     for (int32_t r = 0; r < n_runs; ++r) {
         const auto & run = runs[r];
-        if (run.p0 != run.mtp->caller_pos) {
-            run.mtp->caller_pos = -1; // not the rows of the step under way (a prompt): no step to time
+        if (run.mtp->ctrl.asleep) {
+            continue;
         }
+        n_awake++;
         run.mtp->truncate_mtp_to(run.p0);
         run.mtp->observe(run.toks, run.n_tokens, run.p0, h_all, run.row0);
         if (!run.mtp->defers()) {
@@ -523,8 +536,11 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
     }
     // the sequences that catch up now share as few MTP decodes as fit a batch
     const int32_t rc = llama_mtp::write_queued(now);
-    const double  ms = mtp::ms_since(t0) / n_runs;
+    const double  ms = mtp::ms_since(t0) / n_awake;
     for (int32_t r = 0; r < n_runs; ++r) {
+        if (runs[r].mtp->ctrl.asleep) {
+            continue;
+        }
         runs[r].mtp->stats.t_catchup_ms += ms; // the shared decode, split evenly
         if (runs[r].n_tokens > 1 && runs[r].n_tokens <= runs[r].mtp->ctrl.k_max + 1 && !now.empty()) {
             runs[r].mtp->ctrl.timed_catchup(runs[r].n_tokens, ms); // a verified step's rows (not a prompt chunk)
@@ -562,9 +578,9 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     m->caller_k_plan     = -1;
     int32_t k            = std::min({ n_draft, m->k_max, m->n_ctx - 1 - (int32_t) pos });
     if (m->ctx_mtp != nullptr && m->ctrl.on()) {
-        // at the load of the last reported decode; a server of one slot sleeps as the own loop does (with
-        // several, the target's hidden-state output is the context's, shared by every slot)
-        k = m->caller_single ? m->plan_step(k, &m->caller_k_plan) : (m->caller_k_plan = m->ctrl.plan(k));
+        // at the load of the last reported decode; each slot sleeps as the own loop does (the target's
+        // hidden-state output stops once every slot sleeps)
+        k = m->plan_step(k, &m->caller_k_plan);
     }
     m->ctrl.pending = 1;
     if (m->ctx_mtp == nullptr || k <= 0) {

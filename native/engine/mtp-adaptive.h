@@ -106,16 +106,16 @@ struct controller {
     static constexpr double  BLOCK_SHARE = 0.05; //   a block's two changes of size: this share of its plain steps
     static constexpr double  SWEEP =
         0.85; // block mode: a length not yet run is tried where the model puts it this close
-    static constexpr int32_t BLK_SKIP = 2;    // block mode: a block's first steps (a change of size) are not timed
-    static constexpr double  BLK_KEEP = 0.7;  // block mode: realized costs per length, ~3 recent blocks
-    static constexpr double  FREE     = 0.05; // block mode when a size change costs more than this of a plain step
-    static constexpr int32_t WINDOW   = 32;   // steps per window (own loop: whole windows are timed)
-    static constexpr int32_t CHECK    = 8;    // every 8th window runs the policy that is behind
-    static constexpr double  WIN_KEEP = 0.8;  // window rates: ~5 recent windows of each policy
-    static constexpr double  VETO     = 0.98; // drafting is vetoed while its windows run below this x plain
-    static constexpr int64_t QUIET = 512; // own loop: steps in a row without drafting chosen before the MTP side sleeps
-    static constexpr int64_t QUIET_FAR = 128; //   and where drafting is measured far behind (see quiet_limit)
-    static constexpr double  FAR    = 1.05;   //   "far": plain decoding's long-run rate this much above drafting's best
+    static constexpr int32_t BLK_SKIP  = 2;    // block mode: a block's first steps (a change of size) are not timed
+    static constexpr double  BLK_KEEP  = 0.7;  // block mode: realized costs per length, ~3 recent blocks
+    static constexpr double  FREE      = 0.05; // block mode when a size change costs more than this of a plain step
+    static constexpr int32_t WINDOW    = 32;   // steps per window (own loop: whole windows are timed)
+    static constexpr int32_t CHECK     = 8;    // every 8th window runs the policy that is behind
+    static constexpr double  WIN_KEEP  = 0.8;  // window rates: ~5 recent windows of each policy
+    static constexpr double  VETO      = 0.98; // drafting is vetoed while its windows run below this x plain
+    static constexpr int64_t QUIET     = 512;  // steps in a row without drafting chosen before the MTP side sleeps
+    static constexpr int64_t QUIET_FAR = 128;  //   and where drafting is measured far behind (see quiet_limit)
+    static constexpr double  FAR    = 1.05; //   "far": plain decoding's long-run rate this much above drafting's best
     // Near break-even the choice leans to plain decoding: a plain step while awake costs AWAKE more than
     // one asleep (the hidden state output and the deferred rows: H100, SmolLM2 2.4%; this 2-core CPU
     // ~1.7%), which is what plain decoding costs in the long run (it sleeps), and the model's own errors
@@ -126,7 +126,7 @@ struct controller {
     static constexpr double  AWAKE  = 0.02;
     static constexpr double  MARGIN = 0.02;
     static constexpr double  LEAD   = (1.0 + MARGIN) / (1.0 - AWAKE);
-    static constexpr int64_t SLEEP_MIN    = 1024;  // own loop: steps of the first sleep; a sleep whose waking finds
+    static constexpr int64_t SLEEP_MIN    = 1024;  // steps of the first sleep; a sleep whose waking finds
     static constexpr int64_t SLEEP_MAX    = 16384; //   nothing to draft doubles the next one, up to this
     // steps after waking before a probe: the MTP KV restarts empty, and a draft attends only over the rows
     // written since (SmolLM2's v2 head on 12 MT-Bench answers, position 1 / 2 with the MTP KV cut to the
@@ -179,17 +179,19 @@ struct controller {
     int64_t       n_free_windows  = 0; // windows of each policy so far (the first one is not measured)
     int64_t       n_plain_windows = 0;
     int32_t       n_failed_checks = 0; // free check windows in a row that left drafting vetoed
-    // Sleeping (own loop): where plain decoding keeps winning for QUIET steps, the MTP side costs even
-    // while it drafts nothing: the target outputs its hidden state every step and the deferred rows are
-    // written now and then (H100, SmolLM2: 2.4% of a plain step). The engine then sleeps: hidden states
-    // off, queue and MTP KV dropped, every step plain, exactly as with MTP off. It wakes after sleep_len
-    // steps, rebuilds the MTP KV from there on (the head sees a shorter context at first: only speed
-    // depends on it) and probes after WAKE_PROBE steps.
-    int64_t       quiet_run       = 0; // own loop: steps since the controller last chose to draft (probes: quiet)
+    // Sleeping: where plain decoding keeps winning for QUIET steps, the MTP side costs even while it
+    // drafts nothing: the target outputs its hidden state every step and the deferred rows are written
+    // now and then (H100, SmolLM2: 2.4% of a plain step; this 2-core CPU, four llama-server slots that
+    // never drafted: 0.96x of MTP off). The engine then sleeps: queue and MTP KV dropped, every step
+    // plain, and once every engine on the target context sleeps (a server's slots) its hidden states
+    // off: exactly as with MTP off. It wakes after sleep_len steps, rebuilds the MTP KV from there on
+    // (the head sees a shorter context at first: only speed depends on it) and probes after WAKE_PROBE
+    // steps.
+    int64_t       quiet_run       = 0; // steps since the controller last chose to draft (probes: quiet)
     double  behind      = 1.0; // the last plan: plain decoding's long-run (asleep) rate over the best drafting length's
                                //   (1: drafting leads)
     int64_t sleep_len   = SLEEP_MIN;           // the next sleep's length
-    bool    asleep      = false;               // the MTP side sleeps (own loop, a one-slot server)
+    bool    asleep      = false;               // the MTP side sleeps
     int64_t sleep_left  = 0;                   // steps until it wakes
     int64_t wake_probe  = 0;                   // steps left until the probe after waking (0: none pending)
     int32_t cold_drafts = COLD_DRAFTS;         // draft decodes left untimed (new graphs: at the start, after waking)
@@ -237,14 +239,14 @@ struct controller {
     int64_t n_extended     = 0;
     int64_t n_deferred     = 0;
     int64_t n_vetoed       = 0;
-    int64_t n_dormant      = 0; // own loop: steps decoded while the MTP side slept
+    int64_t n_dormant      = 0; // steps decoded while the MTP side slept
 
     bool    on() const { return k_max > 0; }
-    // own loop: quiet steps before the MTP side sleeps. Where drafting's costs are measured and it is far
+    // quiet steps before the MTP side sleeps. Where drafting's costs are measured and it is far
     // behind, sooner: each probe that waking would spare costs in proportion to the gap (the 2-core CPU,
     // SmolLM2, drafting ~11% behind: awake, the probes and check blocks of a 1024-step run cost ~1-2%)
     int64_t quiet_limit() const { return draft.n >= 3 && behind >= FAR ? QUIET_FAR : QUIET; }
-    // own loop, after plan() chose k: whether the MTP side falls asleep at this step (quiet_limit plain
+    // after plan() chose k: whether the MTP side falls asleep at this step (quiet_limit plain
     // steps in a row; drafting chosen resets the run and makes the next sleep short again)
     bool    sleeps_now(int32_t k) {
         if (k > 0 && !probing) {

@@ -236,11 +236,14 @@ struct llama_mtp {
     int32_t        catch_up(const llama_token * toks, int32_t n, llama_pos p0);
     // write the entries deferred while plain decoding led: the MTP KV must be complete before a draft
     int32_t        flush_deferred();
-    // the MTP side sleeps (the target stops outputting hidden states; queue, hidden rows and MTP KV
-    // dropped) and wakes (hidden states on; the MTP KV restarts at the next observed position). Only where
-    // the target context holds this sequence alone: its own loop, or a server of one slot.
+    // the MTP side sleeps (queue, hidden rows and MTP KV dropped; nothing observed is kept) and wakes (the
+    // MTP KV restarts at the next observed position). The target's hidden-state output is its context's:
+    // it stops once every engine on that context sleeps (a server's slots each sleep on their own) and
+    // comes back with the first one that wakes (hidden_output)
     void           sleep();
     void           wake();
+    // this engine's share of its target context's hidden-state output: on while any engine there is awake
+    static void    hidden_output(llama_context * ctx_tgt, bool awake);
     // the adaptive controller's draft length for this step (at most k), asleep or awake: asleep, 0 (a plain
     // step, as with MTP off) and a step nearer waking; awake, plan(k), falling asleep where plain decoding
     // has kept winning. k_plan: what plan() allowed, traced (-1: asleep, no plan)

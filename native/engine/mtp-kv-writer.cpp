@@ -11,6 +11,8 @@
 #include "mtp-engine.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 bool mtp::batch_add(llama_batch_ext * batch, llama_seq_id seq, llama_token id, llama_pos pos, const float * h,
                     int32_t n_embd, bool output) {
@@ -118,11 +120,24 @@ int32_t llama_mtp::catch_up(const llama_token * toks, int32_t n, llama_pos p0) {
     return rc;
 }
 
+void llama_mtp::hidden_output(llama_context * ctx_tgt, bool awake) {
+    // engines awake per target context (a server's slots share one; the engine's own loop has its own)
+    static std::mutex                     mu;
+    static std::map<llama_context *, int> n_awake;
+    const std::lock_guard<std::mutex>     lock(mu);
+    int &                                 n = n_awake[ctx_tgt];
+    n                                       = std::max(0, n + (awake ? 1 : -1));
+    llama_set_embeddings_nextn(ctx_tgt, n > 0, /*masked*/ false);
+    if (n == 0) {
+        n_awake.erase(ctx_tgt);
+    }
+}
+
 void llama_mtp::sleep() {
     if (ctx_mtp == nullptr || ctrl.asleep) {
         return;
     }
-    llama_set_embeddings_nextn(ctx_tgt, false, /*masked*/ false);
+    hidden_output(ctx_tgt, false);
     truncate_mtp_to(0);
     target_h.truncate_to(0);
     ctrl.fell_asleep();
@@ -132,7 +147,7 @@ void llama_mtp::wake() {
     if (!ctrl.asleep) {
         return;
     }
-    llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
+    hidden_output(ctx_tgt, true);
     ctrl.woke();
 }
 

@@ -242,7 +242,7 @@ struct llama_mtp_adaptive_stats {
     double  realized_draft;                       // own loop: tokens per ms of recent windows where the
                                                   // controller drafted as it chose (0: none measured yet)
     int64_t n_vetoed;                             // steps kept plain because free windows ran slower
-    int64_t n_dormant;                            // own loop: steps decoded while the MTP side slept (no hidden
+    int64_t n_dormant;                            // steps decoded while the MTP side slept (no hidden
                                                   // states, no MTP KV: as with MTP off) as drafting did not pay
 };
 

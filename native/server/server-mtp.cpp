@@ -54,7 +54,7 @@ common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request &
                 { "realized_plain", as.realized_plain },
                 { "realized_draft", as.realized_draft },
                 { "vetoed", as.n_vetoed },
-                // a server of one slot: steps decoded with the MTP side asleep (as with MTP off)
+                // steps this slot decoded with its MTP side asleep (once every slot sleeps: as with MTP off)
                 { "dormant_steps", as.n_dormant },
             };
         }
