@@ -100,21 +100,23 @@ def _adaptive_note(res: dict) -> str:
 
 
 def run_round(server: Server, prompts: list[str], args) -> dict:
-    """All prompts through `server.parallel` clients at once; aggregate tok/s and MTP stats."""
-    shares = [prompts[i::server.parallel] for i in range(server.parallel)]
+    """All prompts through `server.parallel` clients at once; aggregate tok/s and MTP stats (texts and
+    token counts in the prompts' order)."""
+    shares = [list(range(i, len(prompts), server.parallel)) for i in range(server.parallel)]
 
     extra = args.request if server.mtp else None
 
-    def client(share: list[str]) -> list[dict]:
-        return [server.chat(p, args.n, args.temp, args.seed + i, extra) for i, p in enumerate(share)]
+    def client(share: list[int]) -> list[tuple[int, dict]]:
+        return [(j, server.chat(prompts[j], args.n, args.temp, args.seed + i, extra)) for i, j in enumerate(share)]
 
     t0 = time.perf_counter()
     with cf.ThreadPoolExecutor(server.parallel) as ex:
-        results = [r for f in [ex.submit(client, s) for s in shares] for r in f.result()]
+        results = [r for _, r in sorted(x for f in [ex.submit(client, s) for s in shares] for x in f.result())]
     wall = time.perf_counter() - t0
-    n_gen = sum(r["usage"]["completion_tokens"] for r in results)
+    n_each = [r["usage"]["completion_tokens"] for r in results]
+    n_gen = sum(n_each)
     mtp = [r["timings"].get("mtp") for r in results if r.get("timings", {}).get("mtp")]
-    out = {"wall_s": wall, "tokens": n_gen, "tok_s": n_gen / wall,
+    out = {"wall_s": wall, "tokens": n_gen, "tok_s": n_gen / wall, "n_each": n_each,
            "texts": [r["choices"][0]["message"]["content"] for r in results]}
     if mtp:
         steps = sum(m["steps"] for m in mtp)
@@ -131,6 +133,18 @@ def run_round(server: Server, prompts: list[str], args) -> dict:
     return out
 
 
+def full_length_prompts(servers, prompts: list[str], args) -> list[str]:
+    """The first --requests prompts that every server answers to the full -n tokens (an untimed pass)."""
+    full = [all(n == args.n for n in ns) for ns in zip(*(run_round(s, prompts, args)["n_each"] for s in servers))]
+    kept = [p for p, ok in zip(prompts, full) if ok][: args.requests]
+    print(f"  full-length prompts: {sum(full)} of {len(prompts)} answered to {args.n} tokens by every server, "
+          f"timing {len(kept)}", file=sys.stderr)
+    if len(kept) < args.requests:
+        raise SystemExit(f"only {len(kept)} of the first {len(prompts)} prompts are answered to {args.n} tokens by "
+                         f"every server; raise --full-length or lower -n")
+    return kept
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", nargs="?", default=None)
@@ -143,6 +157,12 @@ def main() -> int:
                     help="auto (the engine's adaptive controller, the default) or a fixed K (default: auto)")
     ap.add_argument("--temp", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--full-length", type=int, default=0, metavar="N",
+                    help="time only prompts that both servers answer to the full -n tokens, the first --requests "
+                         "of the first N prompts (an untimed pass finds them). Where the two servers' texts "
+                         "differ (a GPU, several slots: kernels that are not batch invariant), an answer that "
+                         "ends early leaves its slot idle at the round's tail and one server's rounds short of "
+                         "tokens; with equal lengths both decode the same batches (default: 0, off)")
     ap.add_argument("--request", type=_json_object, default=None,
                     help='extra JSON fields of the --mtp server\'s requests, e.g. \'{"mtp_n_draft": 0}\' (the '
                          'engine\'s bookkeeping without drafting)')
@@ -155,22 +175,25 @@ def main() -> int:
         model = default_model_path()
     else:
         model = Path(args.model)
-    prompts = load_prompts(args.prompts)[: args.requests]
+    prompts = load_prompts(args.prompts)[: max(args.requests, args.full_length)]
     parallels = [int(x) for x in args.parallel.split(",")]
     log_dir = Path(tempfile.mkdtemp(prefix="pymtp-server-bench-"))
     result = {"model": str(model), "machine": platform.processor() or platform.machine(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "args": vars(args), "configs": []}
-    print(f"model {model.name}, {len(prompts)} prompts x {args.n} tokens, rounds {args.rounds}, logs {log_dir}",
+    print(f"model {model.name}, {args.requests} prompts x {args.n} tokens, rounds {args.rounds}, logs {log_dir}",
           file=sys.stderr)
     for P in parallels:
         servers = {m: Server(model, m, P, args, log_dir) for m in ("off", "on")}
         try:
             for s in servers.values():  # warm-up, not timed
                 s.chat(prompts[0], 8, 0.0, 0)
+            timed = prompts[: args.requests]
+            if args.full_length:
+                timed = full_length_prompts(servers.values(), prompts, args)
             rounds = {m: [] for m in servers}
             for r in range(args.rounds):
                 for m, s in servers.items():
-                    res = run_round(s, prompts, args)
+                    res = run_round(s, timed, args)
                     rounds[m].append(res)
                     print(f"  slots {P} mtp {m:3s} round {r + 1}: {res['tok_s']:7.1f} tok/s"
                           + (f"  AL {res['mtp']['mean_accepted_length']:.2f}" if "mtp" in res else "")
