@@ -39,6 +39,12 @@ const float * llama_mtp::h_at(llama_pos p) const {
 void llama_mtp::observe(const llama_token * toks, int32_t n, llama_pos p0, const float * h_all, int32_t row0) {
     const float * h_run = h_all + (size_t) row0 * n_embd;
     queue.truncate_to(p0);
+    if (!queue.empty() && queue.pos.back() != p0 - 1) {
+        // the positions between were filled behind the engine's back (llama-server's prompt cache restored
+        // a saved prompt into the target and MTP contexts): the rows queued before cannot be written next
+        // to these (an MTP decode of non-consecutive positions fails: H100, four slots, HTTP 500)
+        queue.clear();
+    }
     for (int32_t i = 0; i < n; ++i) {
         queue.push(toks[i], p0 + i, i == 0 ? h_at(p0 - 1) : h_run + (size_t) (i - 1) * n_embd);
     }
