@@ -80,7 +80,8 @@ def test_timings_report_mtp_stats(servers):
     m = mtp_timings(r)
     assert m["verify"] == "engine" and m["mode"] == "greedy"
     # a greedy request without probabilities: its verify rows are sampled on the GPU (patch 0025)
-    assert m["verify_sampling"] == ("backend" if NGL else "cpu")
+    # (a greedy argmax chain: only the top token of each row, patch 0027)
+    assert m["verify_sampling"] == ("backend argmax" if NGL else "cpu")
     assert m["drafted"] > 0 and 0 <= m["accepted"] <= m["drafted"]
     assert m["steps"] > 0 and m["mean_accepted_length"] == pytest.approx(1 + m["accepted"] / m["steps"])
     assert 1 <= len(m["acceptance_per_position"]) <= 3
