@@ -179,6 +179,28 @@ def test_plain_decoding_when_drafting_cannot_pay(auto_pair):
     on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)
 
 
+def test_rows_queued_before_a_gap_are_not_written_next_to_the_rows_after_it(tiny_model_path):
+    """llama-server's prompt cache restores a saved prompt into the target and MTP contexts and decodes
+    only its last token, behind the engine's back, while the engine may still queue rows that plain
+    steps deferred (docs/engine.md, "Positions filled behind the engine's back"). Through the caller
+    API here: rows deferred by plain steps, then a row observed 40 positions further on, then a draft,
+    which writes the queue first. Rows from both sides of the gap in one MTP decode made it fail
+    ("positions are not continuous"; an HTTP 500 on the H100 at four slots)."""
+    with pymtp.Model(tiny_model_path("glm4moe"), n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL,
+                     mtp="on") as on:
+        pin(on, *DEAR)
+        got = on.generate(PROMPTS[0], max_tokens=24)
+        assert got.stats.adaptive["deferred_rows"] > 0  # plain steps: the rows wait in the queue
+        lib, eng = on.rt.lib, on.rt.engine
+        n = lib.llama_mtp_n_past(eng)
+        tok = (L.llama_token * 1)(got.tokens[-1])
+        assert lib.llama_mtp_observe(eng, tok, 1, n + 40, 0) == 0
+        lib.llama_mtp_pin_adaptive_costs(eng, 0.0, 0.0, 0.0)
+        lib.llama_mtp_set_adaptive(eng, 0)  # a fixed length: the draft writes the queue, then drafts
+        out = (L.llama_token * 8)()
+        assert lib.llama_mtp_draft(eng, None, got.tokens[-1], n + 41, 1, out) == 1
+
+
 def test_long_drafts_when_drafting_is_cheap(tiny_model_path):
     """Drafting almost free: the controller goes past the old fixed 3 on the planted head's easy text."""
     with pymtp.Model(tiny_model_path("glm4moe"), n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL,

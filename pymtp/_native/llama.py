@@ -258,6 +258,9 @@ _SIGNATURES = {
     "llama_mtp_parallel": (C.c_int32, [p_mtp]),
     "llama_model_mtp_parallel": (C.c_int32, [p_model, C.c_int32, C.POINTER(C.c_float)]),
     "llama_mtp_peek_draft": (C.c_int32, [p_mtp, llama_token, C.c_int32, C.POINTER(llama_token), C.POINTER(C.c_float)]),
+    # caller-decoded targets (llama-server's path; tests drive it directly)
+    "llama_mtp_observe": (C.c_int32, [p_mtp, C.POINTER(llama_token), C.c_int32, llama_pos, C.c_int32]),
+    "llama_mtp_draft": (C.c_int32, [p_mtp, C.c_void_p, llama_token, llama_pos, C.c_int32, C.POINTER(llama_token)]),
     # the engine's option vocabulary (pymtp/options.py mirrors it; tests/test_options.py checks)
     "llama_mtp_draft_limit": (C.c_int32, []),
     "llama_mtp_draft_mode_name": (C.c_char_p, [C.c_int32]),
