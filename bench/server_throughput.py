@@ -9,7 +9,10 @@ generated tokens / wall time. The report gives tok/s per configuration, the on/o
 per slot count, and the MTP statistics the server returned (timings.mtp).
 
     python bench/server_throughput.py [MODEL] [--parallel 1,4] [--prompts mtbench] [-n 128]
-        [--requests 16] [--rounds 2] [--threads 2] [--out result.json]
+        [--requests 16] [--rounds 2] [--threads 2] [--full-length 48] [--out result.json]
+
+Where the two servers' texts differ (a GPU at several slots), --full-length N times only prompts that
+both answer to the full -n tokens, so that neither server's rounds are short of tokens.
 
 MODEL defaults to the built-in SmolLM2-135M-Instruct with its shipped head.
 """
