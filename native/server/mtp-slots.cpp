@@ -84,7 +84,6 @@ bool mtp_slots::draft(llama_seq_id seq, llama_sampler * chain, llama_token id_la
     const int32_t n = llama_mtp_draft(m, chain, id_last, pos0, k, out.data());
     if (n < 0) {
         LOG_ERR("MTP draft failed for seq %d (%d)\n", (int) seq, (int) n);
-        result.clear(); // a plain step (drafts of an earlier step left here would be verified)
         return false;
     }
     result.assign(out.begin(), out.begin() + n);
