@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from server_throughput import Server, add_server_options
+from server_throughput import Server, add_server_options, json_object
 
 from pymtp.bench.prompts import load_prompts
 
@@ -89,10 +89,10 @@ def main() -> int:
     for v in args.variant:
         name, _, body = v.partition(":")
         try:
-            extra = json.loads(body)
-        except json.JSONDecodeError as e:
-            ap.error(f"--variant {v!r}: the part after ':' must be a JSON object ({e})")
-        if not name or name in configs or not isinstance(extra, dict):
+            extra = json_object(body)
+        except argparse.ArgumentTypeError as e:
+            ap.error(f"--variant {v!r}: the part after ':' {e}")
+        if not name or name in configs:
             ap.error(f"--variant {v!r}: NAME:JSON with a new NAME and a JSON object")
         configs[name] = (server_of[n_drafts[0]], extra)
 

@@ -78,13 +78,14 @@ class Server:
         self.log.close()
 
 
-def _json_object(text: str) -> dict:
+def json_object(text: str) -> dict:
+    """A JSON object from the command line (argparse type; bench/server_ab.py's --variant uses it too)."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+        raise argparse.ArgumentTypeError(f"is not JSON: {e}") from None
     if not isinstance(obj, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
+        raise argparse.ArgumentTypeError("is not a JSON object")
     return obj
 
 
@@ -166,7 +167,7 @@ def main() -> int:
                          "differ (a GPU, several slots: kernels that are not batch invariant), an answer that "
                          "ends early leaves its slot idle at the round's tail and one server's rounds short of "
                          "tokens; with equal lengths both decode the same batches (default: 0, off)")
-    ap.add_argument("--request", type=_json_object, default=None,
+    ap.add_argument("--request", type=json_object, default=None,
                     help='extra JSON fields of the --mtp server\'s requests, e.g. \'{"mtp_n_draft": 0}\' (the '
                          'engine\'s bookkeeping without drafting)')
     add_server_options(ap)

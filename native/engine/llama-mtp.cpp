@@ -501,14 +501,16 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
             }
         }
     }
-    bool any_awake = false;
+    std::vector<const llama_mtp_run *> awake; // an engine asleep keeps nothing
     for (int32_t r = 0; r < n_runs; ++r) {
         if (runs[r].p0 != runs[r].mtp->caller_pos) {
             runs[r].mtp->caller_pos = -1; // not the rows of the step under way (a prompt): no step to time
         }
-        any_awake = any_awake || !runs[r].mtp->ctrl.asleep;
+        if (!runs[r].mtp->ctrl.asleep) {
+            awake.push_back(&runs[r]);
+        }
     }
-    if (m0->ctx_mtp == nullptr || !any_awake) {
+    if (m0->ctx_mtp == nullptr || awake.empty()) {
         return LLAMA_MTP_OK; // all asleep: nothing kept (the target may have output no hidden states)
     }
     const auto    t0    = mtp::clock_type::now();
@@ -516,34 +518,24 @@ int32_t llama_mtp_observe_runs(const llama_mtp_run * runs, int32_t n_runs) {
     if (h_all == nullptr) {
         return LLAMA_MTP_ERR_STATE;
     }
-    // the caller decoded these positions again: whatever the MTP side held there is replaced (an engine
-    // asleep keeps nothing)
+    // the caller decoded these positions again: whatever the MTP side held there is replaced
     std::vector<llama_mtp *> now;
-    int32_t                  n_awake = 0;
-    for (int32_t r = 0; r < n_runs; ++r) {
-        const auto & run = runs[r];
-        if (run.mtp->ctrl.asleep) {
-            continue;
-        }
-        n_awake++;
-        run.mtp->truncate_mtp_to(run.p0);
-        run.mtp->observe(run.toks, run.n_tokens, run.p0, h_all, run.row0);
-        if (!run.mtp->defers()) {
-            now.push_back(run.mtp);
+    for (const llama_mtp_run * run : awake) {
+        run->mtp->truncate_mtp_to(run->p0);
+        run->mtp->observe(run->toks, run->n_tokens, run->p0, h_all, run->row0);
+        if (!run->mtp->defers()) {
+            now.push_back(run->mtp);
         } else {
-            run.mtp->ctrl.n_deferred += run.n_tokens;
+            run->mtp->ctrl.n_deferred += run->n_tokens;
         }
     }
     // the sequences that catch up now share as few MTP decodes as fit a batch
     const int32_t rc = llama_mtp::write_queued(now);
-    const double  ms = mtp::ms_since(t0) / n_awake;
-    for (int32_t r = 0; r < n_runs; ++r) {
-        if (runs[r].mtp->ctrl.asleep) {
-            continue;
-        }
-        runs[r].mtp->stats.t_catchup_ms += ms; // the shared decode, split evenly
-        if (runs[r].n_tokens > 1 && runs[r].n_tokens <= runs[r].mtp->ctrl.k_max + 1 && !now.empty()) {
-            runs[r].mtp->ctrl.timed_catchup(runs[r].n_tokens, ms); // a verified step's rows (not a prompt chunk)
+    const double  ms = mtp::ms_since(t0) / (double) awake.size();
+    for (const llama_mtp_run * run : awake) {
+        run->mtp->stats.t_catchup_ms += ms; // the shared decode, split evenly
+        if (run->n_tokens > 1 && run->n_tokens <= run->mtp->ctrl.k_max + 1 && !now.empty()) {
+            run->mtp->ctrl.timed_catchup(run->n_tokens, ms); // a verified step's rows (not a prompt chunk)
         }
     }
     return rc;
