@@ -4,6 +4,11 @@
 //
 //   h_p  = the trunk's final-norm output (input of the LM head), published by
 //          the trunk graph as t_h_nextn
+//          a feature head (pymtp graft --features, EAGLE-3-style) holds
+//          blk.{n_layer}.nextn.eh_proj.feat {n_embd * (1 + F), n_embd}; the trunk then publishes
+//          feat . concat(h_p, RMSNorm(r_a(p)), ...) instead (RMSNorm without weight), r_l = the
+//          residual stream entering trunk layer l, for the F layers dense_mtp_feature_layers(n_layer);
+//          later draft steps still feed the block its own output
 //   MTP position p, inputs (x_p, h_{p-1}):
 //     e   = RMSNorm(embd(x_p)) * nextn.enorm        embd: nextn.embed_tokens, else tok_embd
 //                                                    (gemma3: no sqrt(n_embd) input scale)
@@ -26,6 +31,49 @@
 
 #include "draft-vocab.h"
 #include "models/models.h" // upstream src/ is on the llama target's include path
+
+#include <algorithm>
+#include <vector>
+
+// the trunk layers whose input a feature head fuses with h, in order: a quarter and half of the depth
+// (the same rule as pymtp.graft.torch_model.feature_layers)
+static std::vector<int> dense_mtp_feature_layers(int n_layer) {
+    std::vector<int> taps;
+    for (int il : { n_layer / 4, n_layer / 2 }) {
+        il = std::min(std::max(il, 1), n_layer - 1);
+        if (std::find(taps.begin(), taps.end(), il) == taps.end()) {
+            taps.push_back(il);
+        }
+    }
+    return taps;
+}
+
+ggml_tensor * llama_dense_mtp_h_nextn(const llama_model & model, ggml_context * ctx, const llm_graph_result * res,
+                                      ggml_tensor * h, ggml_tensor * out_rows) {
+    const auto & hparams = model.hparams;
+    if (hparams.n_layer_nextn == 0) {
+        return h;
+    }
+    const std::string name = LLM_TN(model.arch)(LLM_TENSOR_NEXTN_EH_PROJ, "feat", hparams.n_layer()).str();
+    ggml_tensor *     feat = const_cast<ggml_tensor *>(model.get_tensor(name.c_str()));
+    if (feat == nullptr || feat->buffer == nullptr) {
+        return h; // an ordinary head: fed h itself (or the head was not loaded)
+    }
+    ggml_tensor * x = h;
+    for (int il : dense_mtp_feature_layers((int) hparams.n_layer())) {
+        ggml_tensor * r = res->get_layer_inp(il);
+        GGML_ASSERT(r != nullptr && "feature head: the trunk graph does not record its layer inputs");
+        r = ggml_rms_norm(ctx, r, hparams.f_norm_rms_eps);
+        if (out_rows != nullptr) {
+            r = ggml_get_rows(ctx, r, out_rows);
+        }
+        x = ggml_concat(ctx, x, r, 0);
+    }
+    ggml_tensor * fused = ggml_mul_mat(ctx, feat, x);
+    // a branch of its own (nothing else reads it): the graph must compute it
+    ggml_build_forward_expand(res->get_gf(), fused);
+    return fused;
+}
 
 void llama_dense_mtp_load_tensors(llama_model_base & m, llama_model_loader & ml) {
     const auto & hparams = m.hparams;
@@ -107,6 +155,13 @@ void llama_dense_mtp_load_tensors(llama_model_base & m, llama_model_loader & ml)
         const auto mask_name = tn(LLM_TENSOR_NEXTN_HNORM, "mask", il);
         if (const auto * mask_meta = ml.get_tensor_meta(mask_name.str().c_str())) {
             m.create_tensor(mask_name, { n_embd, mask_meta->ne[1] }, flags);
+        }
+        // a feature head (the first head only): its fusion of h and trunk layer inputs, computed by the
+        // trunk graph (llama_dense_mtp_h_nextn)
+        const auto feat_name = tn(LLM_TENSOR_NEXTN_EH_PROJ, "feat", il);
+        if (il == hparams.n_layer() && ml.get_tensor_meta(feat_name.str().c_str())) {
+            const int64_t n_feat = (int64_t) dense_mtp_feature_layers((int) hparams.n_layer()).size();
+            m.create_tensor(feat_name, { n_embd * (1 + n_feat), n_embd }, flags);
         }
     }
 }

@@ -34,6 +34,10 @@ loads next to the base (--mtp-head, or <model>.mtp.gguf beside the model).
    (the mask rows are trained tensors stored in the head); entry i predicts
    x_{p+1+i}, so the draft cost stays one MTP decode whatever K is. The engine
    drafts with it without new flags (at most K tokens a step);
+   --features feeds the head, in place of the base's final hidden state, a
+   learned fusion of it with the residual streams entering two trunk layers
+   (a quarter and half of the depth; EAGLE-3-style): the fusion matrix is
+   stored in the head and the base's graph computes it while MTP is on;
 3. output: HEAD.gguf (f16 or q8_0 matrices; N heads: nextn_predict_layers = N,
    blocks n_layer .. n_layer+N-1) with provenance keys, a resumable
    checkpoint HEAD.gguf.ckpt.pt, and optionally a JSON report;
@@ -82,6 +86,9 @@ def register(subparsers) -> None:
                    help="train a parallel head: one MTP decode drafts K tokens (2..8), from the real "
                         "entry and K-1 learned mask entries; takes neither --heads N nor --chain "
                         "(default: 0 = a sequential head, one token per MTP decode)")
+    g.add_argument("--features", action="store_true",
+                   help="fuse the base's final hidden state with two of its layers' inputs (a quarter "
+                        "and half of the depth) through a learned matrix, EAGLE-3-style (default: off)")
     g.add_argument("--chain", type=int, default=None, metavar="K",
                    help="draft steps trained for one head (--heads 1): 1 = teacher-forced only, "
                         "K > 1 also trains steps 2..K fed the head's own output (default: 2)")
@@ -215,7 +222,8 @@ def run(args: argparse.Namespace) -> int:
                           chain=args.chain if args.chain is not None else
                           (2 if args.heads == 1 and not args.parallel else 1), parallel=args.parallel,
                           init=args.init, ce_weight=args.ce_weight, cache_gb=args.cache_gb,
-                          threads=args.threads, loss_positions=args.loss_positions, heads=args.heads),
+                          threads=args.threads, loss_positions=args.loss_positions, heads=args.heads,
+                          features=args.features),
         gen=GenConfig(samples=args.samples, gen_tokens=args.gen_tokens, seed=args.seed,
                       greedy_frac=args.greedy_frac),
         corpus=[Path(f) for f in args.corpus], head_type=args.head_type, resume=args.resume,
@@ -229,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
         line += f" ({args.heads} heads)"
     if args.parallel:
         line += f" (parallel, {args.parallel} drafts a decode)"
+    if args.features:
+        line += " (fed trunk features)"
     if val:
         if args.heads > 1:
             line += ": val top-1 agreement with the base per head: " + ", ".join(

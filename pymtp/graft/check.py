@@ -109,7 +109,7 @@ def compare_trunk(path, prompts=DEFAULT_PROMPTS, n_threads: int | None = None, s
 def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int | None = None,
                  seqs=None) -> dict:
     """Torch vs llama.cpp on a grafted head: the target context's h_p (what the engine feeds the
-    head), then the MTP context fed the teacher-forced pairs (x_p, h_{p-1}) of each sequence:
+    head; a feature head's fusion of h_p and the trunk features), then the MTP context fed the teacher-forced pairs (x_p, h_{p-1}) of each sequence:
     its logits and output hidden state. Needs a build with the dense MTP graph (native/models/dense-mtp.cpp); the
     head is loaded as a sidecar (llama_model_load_from_file_with_mtp_head).
 
@@ -122,7 +122,7 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
     from pymtp._native import vocab as vocab_calls
 
     from .gguf_weights import load_base
-    from .torch_model import BaseModel, MTPHead, rope_tables
+    from .torch_model import BaseModel, MTPHead, feature_layers, rope_tables
 
     base_path, head_path = Path(base_path), Path(head_path)
     if seqs is None:
@@ -170,6 +170,8 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
     base = BaseModel(base_g)
     hp = base_g.hparams
     heads = [MTPHead.from_gguf(hp, head_path, index=j) for j in range(n_heads)]
+    # a feature head: the target publishes its fusion of h and the trunk features (torch_model.MTPHead.fuse)
+    taps = feature_layers(hp.n_layer) if heads[0].features else ()
     per = [{"max_abs_diff_mtp_logits": 0.0, "max_abs_diff_mtp_hidden": 0.0, "agree": 0}
            for _ in range(n_heads)]
     res = {"max_abs_diff_target_hidden": 0.0, "n_tokens": 0, "n_heads": n_heads,
@@ -177,7 +179,7 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
     with torch.no_grad():
         for seq, (h_ref, heads_ref) in zip(seqs, ref):
             x = torch.tensor([seq])
-            h = base(x)
+            h = heads[0].fuse(base(x, taps))
             cos, sin = rope_tables(torch.arange(len(seq)), hp.n_rot, hp.rope_base, hp.rope_freq_scale,
                                    base.rope_freqs)
             res["max_abs_diff_target_hidden"] = max(res["max_abs_diff_target_hidden"],

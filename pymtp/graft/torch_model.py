@@ -11,8 +11,14 @@ What llama.cpp computes, and so what this computes:
   sqrt(n_embd), post-attention/post-FFN norms, GELU (tanh) FFN, sliding-window layers with
   their own rope base, optional final logit softcap.
 * The trunk's hidden state h_p is the final-norm output (the input of the LM head).
+* A feature head (``pymtp graft --features``, EAGLE-3-style) is fed, in place of h_p, the fused
+  f_p = feat . [h_p; RMSNorm(r_a(p)); RMSNorm(r_b(p))] (GGUF blk.L.nextn.eh_proj.feat,
+  [3*n_embd, n_embd]; RMSNorm without weight), where r_l is the residual stream entering trunk
+  layer l, for the layers ``feature_layers(n_layer)`` (a quarter and half of the depth). The
+  trunk graph computes f_p (native/models/dense-mtp.cpp); later draft steps still feed the head its
+  own ``out``.
 
-MTP head at position p, inputs (x_p, h_{p-1}) (h_{-1} = 0):
+MTP head at position p, inputs (x_p, h_{p-1}) (h_{-1} = 0; a feature head: f_{p-1}):
     e = RMSNorm(tok_embd[x_p]) * enorm            (no gemma3 input scale)
     h = RMSNorm(h_{p-1}) * hnorm
     z = eh_proj([e; h])                           (Linear 2*n_embd -> n_embd, e first)
@@ -238,6 +244,17 @@ def block_tensors(tensors: dict, il: int, arch: str, *, for_mtp: bool = False) -
 
 # --------------------------------------------------------------------------- base model
 
+def feature_layers(n_layer: int) -> tuple:
+    """The trunk layers whose input residual stream a feature head fuses with h (in this order):
+    a quarter and half of the depth (the same rule as native/models/dense-mtp.cpp)."""
+    taps = []
+    for il in (n_layer // 4, n_layer // 2):
+        il = min(max(il, 1), n_layer - 1)
+        if il not in taps:
+            taps.append(il)
+    return tuple(taps)
+
+
 class BaseModel(nn.Module):
     """The frozen trunk + LM head of a GGUF base model."""
 
@@ -293,9 +310,11 @@ class BaseModel(nn.Module):
 
     # -- forward -------------------------------------------------------------------
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, taps: tuple = ()) -> torch.Tensor:
         """Final-norm hidden states [B, T, D] of right-padded (or unpadded) sequences starting at
-        position 0 (causal attention: padding after a sequence never affects it)."""
+        position 0 (causal attention: padding after a sequence never affects it). taps: trunk layers
+        whose input residual stream, RMS-normed without weight, follows h: [B, T, D * (1 + len(taps))]
+        (a feature head's input, see MTPHead.fuse)."""
         hp = self.hp
         T = tokens.shape[1]
         pos = torch.arange(T, device=tokens.device)
@@ -306,10 +325,14 @@ class BaseModel(nn.Module):
             d = pos[:, None] - pos[None, :]
             masks[True] = ((d >= 0) & (d < hp.sliding_window))[None, None]
         x = self.embed(tokens)
-        for layer in self.layers:
+        tapped = {}
+        for il, layer in enumerate(self.layers):
+            if il in taps:
+                tapped[il] = rms_norm(x, None, hp.rms_eps)
             cos, sin = tables[layer.swa]
             x = layer(x, cos, sin, mask=masks[layer.swa], is_causal=True)
-        return rms_norm(x, self.output_norm, hp.rms_eps)
+        h = rms_norm(x, self.output_norm, hp.rms_eps)
+        return torch.cat([h] + [tapped[il] for il in taps], dim=-1) if taps else h
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new: int, temperatures, top_p: float = 0.95,
@@ -393,6 +416,7 @@ NEXTN_SUFFIXES = ("nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.wei
 
 INIT_CHOICES = ("mix", "h", "e")
 MASK_SUFFIX = "nextn.hnorm.mask"   # a parallel head's mask rows (native/models/parallel-draft.cpp)
+FEAT_SUFFIX = "nextn.eh_proj.feat"  # a feature head's fusion of h and trunk features (dense-mtp.cpp)
 
 
 class MTPHead(nn.Module):
@@ -400,7 +424,7 @@ class MTPHead(nn.Module):
 
     def __init__(self, hp: HParams, block: dict, eh_proj: torch.Tensor, enorm: torch.Tensor,
                  hnorm: torch.Tensor, shared_head_norm: torch.Tensor, index: int = 0,
-                 mask: torch.Tensor | None = None):
+                 mask: torch.Tensor | None = None, feat: torch.Tensor | None = None):
         super().__init__()
         self.hp = hp
         self.index = index          # nextn layer offset: the head is stored at blk.{n_layer + index}
@@ -411,6 +435,31 @@ class MTPHead(nn.Module):
         self.shared_head_norm = nn.Parameter(shared_head_norm.clone().float())
         # parallel drafting: the K-1 mask rows [K-1, n_embd] (None: an ordinary head)
         self.mask = None if mask is None else nn.Parameter(mask.clone().float())
+        # a feature head: [n_embd, n_embd * (1 + taps)] fusing [h; trunk features] (None: h alone)
+        self.feat = None if feat is None else nn.Parameter(feat.clone().float())
+
+    @property
+    def features(self) -> int:
+        """Trunk features fused with h (0: an ordinary head fed h itself)."""
+        return 0 if self.feat is None else self.feat.shape[1] // self.hp.n_embd - 1
+
+    def make_features(self, seed: int = 0) -> "MTPHead":
+        """Fuse h with the trunk features of feature_layers(n_layer): feat starts as [I | noise], so the
+        head starts fed h itself."""
+        D = self.hp.n_embd
+        n = len(feature_layers(self.hp.n_layer))
+        g = torch.Generator().manual_seed(seed + 104729)
+        feat = torch.randn(D, D * (1 + n), generator=g) * (0.02 / math.sqrt(D))
+        feat[:, :D] += torch.eye(D)
+        self.feat = nn.Parameter(feat)
+        return self
+
+    def fuse(self, h_full: torch.Tensor) -> torch.Tensor:
+        """The head's input hidden state from the trunk's rows [h; features...] (what the trunk graph
+        publishes as t_h_nextn): feat . h_full for a feature head, else h."""
+        if self.feat is None:
+            return h_full[..., :self.hp.n_embd]
+        return F.linear(h_full, self.feat.to(h_full.dtype))
 
     @property
     def parallel(self) -> int:
@@ -468,7 +517,7 @@ class MTPHead(nn.Module):
         nx = {s: t[f"blk.{L}.{s}"] for s in NEXTN_SUFFIXES}
         return cls(hp, block, nx["nextn.eh_proj.weight"], nx["nextn.enorm.weight"],
                    nx["nextn.hnorm.weight"], nx["nextn.shared_head_norm.weight"], index=index,
-                   mask=t.get(f"blk.{L}.{MASK_SUFFIX}"))
+                   mask=t.get(f"blk.{L}.{MASK_SUFFIX}"), feat=t.get(f"blk.{L}.{FEAT_SUFFIX}"))
 
     def gguf_tensors(self) -> dict:
         """{gguf name: float32 numpy} of the head at block index n_layer + index."""
@@ -482,6 +531,8 @@ class MTPHead(nn.Module):
         out[f"blk.{L}.nextn.shared_head_norm.weight"] = self.shared_head_norm.detach().float().cpu().numpy()
         if self.mask is not None:
             out[f"blk.{L}.{MASK_SUFFIX}"] = self.mask.detach().float().cpu().numpy()
+        if self.feat is not None:
+            out[f"blk.{L}.{FEAT_SUFFIX}"] = self.feat.detach().float().cpu().numpy()
         return out
 
     def project(self, emb: torch.Tensor, h_prev: torch.Tensor) -> torch.Tensor:

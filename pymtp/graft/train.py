@@ -50,7 +50,7 @@ from pymtp.errors import PymtpError
 
 from .data import Dataset, GenConfig, corpus_dataset, default_cache_dir, generate_dataset, held_out_prompts
 from .gguf_weights import load_base
-from .torch_model import BaseModel, MTPHead, rope_tables
+from .torch_model import BaseModel, MTPHead, feature_layers, rope_tables
 from .writer import copy_gguf, write_head_gguf
 
 CKPT_VERSION = 1
@@ -82,6 +82,7 @@ class TrainConfig:
     loss_positions: str = "generated"  # "generated": where drafts are made (corpus: all); "all"
     heads: int = 1                    # chained MTP heads trained and written (1: one head, --chain)
     parallel: int = 0                 # K >= 2: a parallel head, K drafts in one pass (0: sequential)
+    features: bool = False            # fuse h with trunk features (EAGLE-3-style; torch_model.feature_layers)
 
 
 @dataclass
@@ -128,24 +129,25 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 # --------------------------------------------------------------------------- hidden states
 
 class Hiddens:
-    """Trunk final-norm hidden states of the (truncated) sequences: cached (fp16, host memory)
-    or computed per batch. The trunk runs in its own dtype (float32, TF32 matmuls on CUDA, for
+    """Trunk final-norm hidden states of the (truncated) sequences, followed by the trunk features of
+    ``taps`` (a feature head's input): cached (fp16, host memory) or computed per batch. The trunk runs in its own dtype (float32, TF32 matmuls on CUDA, for
     models up to BF16_TRUNK_PARAMS parameters; bf16 above), never under autocast."""
 
     def __init__(self, base: BaseModel, data: Dataset, seq_len: int, cache_gb: float, device,
-                 progress: bool, log=print, loss_positions: str = "generated"):
-        self.base, self.data, self.seq_len, self.device = base, data, seq_len, device
+                 progress: bool, log=print, loss_positions: str = "generated", taps: tuple = ()):
+        self.base, self.data, self.seq_len, self.device, self.taps = base, data, seq_len, device, tuple(taps)
+        self.width = base.hp.n_embd * (1 + len(self.taps))
         lens = np.minimum(data.lengths(), seq_len)
         self.lens = lens
         # first position of the loss (where drafts are made: the generated part; corpus: all)
         self.start = np.zeros(len(data), dtype=np.int64)
         if loss_positions == "generated":
             self.start = np.where(data.source == 0, data.n_prompt, 0).astype(np.int64)
-        need = float(lens.sum()) * base.hp.n_embd * 2 / 1e9
+        need = float(lens.sum()) * self.width * 2 / 1e9
         self.cache = None
         if need <= cache_gb:
             self.offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-            self.cache = torch.empty(int(lens.sum()), base.hp.n_embd, dtype=torch.float16,
+            self.cache = torch.empty(int(lens.sum()), self.width, dtype=torch.float16,
                                      pin_memory=device.type == "cuda")
             self._fill(progress, log)
         else:
@@ -165,7 +167,7 @@ class Hiddens:
             idx = order[i:i + n]
             x = self.tokens(idx)
             with torch.no_grad():
-                h = self.base(x).to("cpu", torch.float16)
+                h = self.base(x, self.taps).to("cpu", torch.float16)
             for j, s in enumerate(idx):
                 L = int(self.lens[s])
                 self.cache[self.offsets[s]:self.offsets[s] + L] = h[j, :L]
@@ -187,7 +189,8 @@ class Hiddens:
         return np.asarray(idx)[self.start[idx] < self.lens[idx]]
 
     def batch(self, idx):
-        """(tokens [B, T], valid [B, T], loss positions [B, T], hidden [B, T, D]) on the device."""
+        """(tokens [B, T], valid [B, T], loss positions [B, T], hidden [B, T, D * (1 + taps)]) on the
+        device."""
         x = self.tokens(idx)
         B, T = x.shape
         lens = torch.as_tensor(self.lens[idx], device=self.device)
@@ -197,9 +200,9 @@ class Hiddens:
         lmask = mask & (pos >= start[:, None])
         if self.cache is None:
             with torch.no_grad():
-                h = self.base(x)
+                h = self.base(x, self.taps)
         else:
-            h = torch.zeros(B, T, self.base.hp.n_embd, dtype=torch.float16, pin_memory=self.device.type == "cuda")
+            h = torch.zeros(B, T, self.width, dtype=torch.float16, pin_memory=self.device.type == "cuda")
             for j, s in enumerate(idx):
                 L = int(self.lens[s])
                 h[j, :L] = self.cache[self.offsets[s]:self.offsets[s] + L]
@@ -223,6 +226,7 @@ class Distiller:
         self.heads = list(head) if isinstance(head, torch.nn.ModuleList) else None
         hp = base.hp
         self.parallel = 0 if self.heads else head.parallel
+        self.head0 = self.heads[0] if self.heads else head   # fed the trunk's rows (a feature head fuses them)
         pos = torch.arange(cfg.seq_len + max(self.parallel, 1), device=device)
         # the MTP block is a global-attention layer with the model's (global) rope
         self.cos, self.sin = rope_tables(pos, hp.n_rot, hp.rope_base, hp.rope_freq_scale, base.rope_freqs)
@@ -266,6 +270,12 @@ class Distiller:
         return loss, {"kl": float((kl.detach() * wf).sum()) / n, "agree": int((agree & w).sum()) / n,
                       "agree_all": float(agree.float().mean()), "n": n, "n_all": int(w.numel())}
 
+    def _inputs(self, h):
+        """(the base's hidden states h, the first pass's h_{p-1} per position) from the trunk's rows."""
+        h_in = self.head0.fuse(h)
+        h = h[..., :self.base.hp.n_embd]
+        return h, torch.cat([torch.zeros_like(h_in[:, :1]), h_in[:, :-1]], dim=1)
+
     def __call__(self, x, valid, lmask, h, all_rows: bool = False):
         """Loss (mean over the loss positions ``lmask``, weighted over draft steps) and per-step
         stats (one per draft step; with several heads one per head): kl, agree (top-1 agreement
@@ -281,7 +291,7 @@ class Distiller:
             return self._parallel(x, valid, lmask, h, tgt, all_rows)
         with self.autocast():
             emb = self.base.tok_embd[x]
-            h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+            h, h_prev = self._inputs(h)
             history, total, wsum, stats = [], 0.0, 0.0, []
             n_pass = len(self.heads) if self.heads else cfg.chain
             for s in range(n_pass):
@@ -311,7 +321,7 @@ class Distiller:
         K = self.parallel
         with self.autocast():
             emb = self.base.tok_embd[x]
-            h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+            h, h_prev = self._inputs(h)
             outs = self.head.parallel_forward(emb, h_prev, self.cos[:T + K - 1], self.sin[:T + K - 1])
             total, wsum, stats = 0.0, 0.0, []
             for i, out in enumerate(outs):
@@ -424,7 +434,8 @@ def graft(job: GraftJob, log=None) -> dict:
     data, summary, t_data, eog_ids = _prepare_data(job, base, base_g, device, log)
 
     t0 = time.time()
-    hid = Hiddens(base, data, cfg.seq_len, cfg.cache_gb, device, job.progress, log, cfg.loss_positions)
+    taps = feature_layers(base.hp.n_layer) if cfg.features else ()
+    hid = Hiddens(base, data, cfg.seq_len, cfg.cache_gb, device, job.progress, log, cfg.loss_positions, taps)
     t_hidden = time.time() - t0
 
     draft_ids = _draft_ids(job, data, base_g.hparams.n_vocab, eog_ids, log) if job.draft_vocab else None
@@ -514,6 +525,9 @@ def _build_models(job: GraftJob, device: torch.device, log):
             raise PymtpError("a parallel head (--parallel K) is one head trained teacher-forced: "
                              "it takes neither --heads N nor --chain")
         head_inits[0].make_parallel(cfg.parallel, seed=cfg.seed)
+    if cfg.features:
+        # the first head is fed the trunk's rows; chained heads j >= 1 take head j-1's output as before
+        head_inits[0].make_features(seed=cfg.seed)
     base_g.tensors = {}  # the BaseModel and the head hold what is needed
     return base_g, base, head_inits
 
@@ -569,6 +583,8 @@ def _settings_key(job: GraftJob, base_g, n_heads: int) -> dict:
         key["heads"] = n_heads
     if cfg.parallel:
         key["parallel"] = cfg.parallel
+    if cfg.features:
+        key["features"] = True
     if job.draft_vocab:
         key["draft_vocab"] = job.draft_vocab   # the head trains on its draft vocabulary
     return key

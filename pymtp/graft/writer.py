@@ -9,6 +9,7 @@ Head-only file (what llama.cpp loads next to the base: llama_model_load_from_fil
     pymtp.graft.*                   provenance (base file, base sha256, steps, final loss, ...)
     tensors blk.{n_layer + j}.*     head j (j = 0..N-1): the block (base names) +
                                     nextn.eh_proj/enorm/hnorm/shared_head_norm
+                                    (+ nextn.eh_proj.feat: a feature head, pymtp graft --features)
 
 Matrices are f16 (default) or q8_0; 1-D tensors (norms, biases) and a parallel head's mask rows
 (blk.L.nextn.hnorm.mask, pymtp graft --parallel K) stay f32.

@@ -1,0 +1,120 @@
+"""Feature heads (pymtp graft --features): the head is fed a learned fusion of the trunk's final hidden
+state with the inputs of two trunk layers (EAGLE-3-style), which the trunk graph computes.
+
+A tiny end-to-end graft writes such a head; llama.cpp's target publishes exactly the fusion torch
+computes and its MTP context then runs like torch's head (every dense arch); generation with the head
+is lossless. Models: the tiny random dense GGUFs of test_graft (CPU, seconds).
+"""
+
+from __future__ import annotations
+
+import json
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from pymtp.cli.main import main
+from test_graft import ARCHS, CORPUS, GRAFT_ARGS, N_LAYER, D, assert_head_drafts_losslessly, expected_head_names, write_tiny
+
+FEAT = f"blk.{N_LAYER}.nextn.eh_proj.feat"
+
+
+@pytest.fixture(scope="module")
+def feature_head(tmp_path_factory):
+    out = tmp_path_factory.mktemp("graft-features")
+    base = write_tiny(out / "tiny-llama.gguf", "llama", seed=1)
+    corpus = out / "corpus.txt"
+    corpus.write_text(CORPUS)
+    head, report = out / "feat.gguf", out / "feat.json"
+    rc = main(["graft", str(base), "-o", str(head), "--report", str(report), "--features",
+               "--data-cache", str(out / "cache"), "--corpus", str(corpus), *GRAFT_ARGS])
+    assert rc == 0
+    return base, head, json.loads(report.read_text())
+
+
+def test_feature_layers_rule():
+    from pymtp.graft.torch_model import feature_layers
+
+    assert feature_layers(30) == (7, 15)          # SmolLM2-135M: a quarter and half of the depth
+    assert feature_layers(18) == (4, 9)
+    assert feature_layers(2) == (1,)              # tiny models: the layers collapse to one
+    assert feature_layers(1) == (0,)
+
+
+def test_feature_head_file_and_training(feature_head):
+    """The head holds its fusion matrix next to an ordinary head's tensors, and it learns."""
+    from pymtp.graft.torch_model import feature_layers
+
+    _, head, report = feature_head
+    r = gguf.GGUFReader(str(head))
+    names = {t.name for t in r.tensors}
+    assert names == expected_head_names(N_LAYER) | {FEAT}
+    t = next(t for t in r.tensors if t.name == FEAT)
+    assert [int(x) for x in t.shape] == [D * (1 + len(feature_layers(N_LAYER))), D]
+    val = report["history"]["val"]
+    assert val[-1]["kl"] < val[0]["kl"]
+    assert report["settings"]["train"]["features"] is True
+
+
+def _random_feature_head(base_path, path, seed):
+    """A feature head with random weights (no training): the fusion mixes in the features for real."""
+    from pymtp.graft.gguf_weights import load_base
+    from pymtp.graft.torch_model import MTPHead
+    from pymtp.graft.writer import write_head_gguf
+
+    bg = load_base(base_path, with_sha=False)
+    hp = bg.hparams
+    head = MTPHead.from_base(bg, seed=seed).make_features(seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        head.feat.add_(torch.randn(head.feat.shape, generator=g) * 0.3)
+    write_head_gguf(path, hp.arch, hp.n_layer, hp.n_embd, head.gguf_tensors())
+    return path
+
+
+@pytest.mark.parametrize("arch,window", [(a, 0) for a in ARCHS] + [("gemma3", 4)])
+def test_llama_cpp_publishes_the_fusion_torch_computes(tmp_path, arch, window):
+    """The target's MTP input rows are torch's fusion (so the trunk graph taps the same layers, norms
+    them and multiplies in the same order), and the MTP context runs like torch's head."""
+    from pymtp.graft.check import compare_head
+
+    base = write_tiny(tmp_path / f"tiny-{arch}.gguf", arch, seed=3, sliding_window=window)
+    head = _random_feature_head(base, tmp_path / "feat.gguf", seed=5)
+    r = compare_head(base, head, seqs=[[72, 101, 108, 108, 111, 44, 32, 116, 104, 101, 114, 101, 33]], n_threads=1)
+    assert r["max_abs_diff_target_hidden"] < 2e-2, r      # f16 fusion matrix
+    assert r["max_abs_diff_mtp_logits"] < 5e-2, r
+    assert r["mtp_argmax_agreement"] == 1.0, r
+
+
+def test_the_fusion_changes_what_the_head_sees(tmp_path):
+    """Not a no-op: without the fusion the target would publish h itself, and it does not."""
+    import pymtp  # noqa: F401  (loads the native library)
+    from pymtp._native import model_calls as mc
+    from pymtp.graft.gguf_weights import load_base
+    from pymtp.graft.torch_model import BaseModel
+
+    base = write_tiny(tmp_path / "tiny-llama.gguf", "llama", seed=3)
+    head = _random_feature_head(base, tmp_path / "feat.gguf", seed=5)
+    seq = [72, 101, 108, 108, 111, 44, 32, 116]
+    model = mc.load_model(base, n_gpu_layers=0, load_mtp=True, mtp_head=head)
+    try:
+        ctx = mc.new_context(model, len(seq), 1)
+        try:
+            mc.set_nextn_outputs(ctx, True, False)
+            mc.decode(ctx, seq, 0)
+            got = mc.nextn_rows(ctx, len(seq), D)
+        finally:
+            mc.free_context(ctx)
+    finally:
+        mc.free_model(model)
+    with torch.no_grad():
+        h = BaseModel(load_base(base, with_sha=False))(torch.tensor([seq]))[0].numpy()
+    assert float(np.abs(got - h).max()) > 0.1
+
+
+@pytest.mark.parametrize("n_draft", [2, "auto"])
+def test_feature_head_is_lossless(feature_head, n_draft):
+    base, head, _ = feature_head
+    assert_head_drafts_losslessly(base, head, n_draft=n_draft)
