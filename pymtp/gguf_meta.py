@@ -73,6 +73,7 @@ class ModelInfo:
     chat_template: str | None     # tokenizer.chat_template
     has_mtp_tensors: bool         # any tensor named "*.nextn.*"
     n_tensors: int
+    feature_head: bool = False    # a head fed trunk features (pymtp graft --features: *.nextn.eh_proj.feat)
     bos_token: str | None = None  # text of tokenizer.ggml.bos_token_id (for chat templates)
     eos_token: str | None = None  # text of tokenizer.ggml.eos_token_id
     graft_provenance: dict = field(default_factory=dict)   # pymtp.graft.* keys of a grafted head
@@ -272,6 +273,7 @@ def read_info(path) -> ModelInfo:
         context_length=arch_int("context_length"),
         chat_template=template if isinstance(template, str) and template else None,
         has_mtp_tensors=any(".nextn." in t.name for t in tensors),
+        feature_head=any(t.name.endswith(".nextn.eh_proj.feat") for t in tensors),
         n_tensors=len(tensors),
         bos_token=_token_text(reader, "tokenizer.ggml.bos_token_id"),
         eos_token=_token_text(reader, "tokenizer.ggml.eos_token_id"),

@@ -16,7 +16,16 @@ import pytest
 import torch
 
 from pymtp.cli.main import main
-from test_graft import ARCHS, CORPUS, GRAFT_ARGS, N_LAYER, D, assert_head_drafts_losslessly, expected_head_names, write_tiny
+from test_graft import (
+    ARCHS,
+    CORPUS,
+    GRAFT_ARGS,
+    N_LAYER,
+    D,
+    assert_head_drafts_losslessly,
+    expected_head_names,
+    write_tiny,
+)
 
 FEAT = f"blk.{N_LAYER}.nextn.eh_proj.feat"
 
@@ -114,7 +123,50 @@ def test_the_fusion_changes_what_the_head_sees(tmp_path):
     assert float(np.abs(got - h).max()) > 0.1
 
 
+def test_pymtp_info_says_feature_head(feature_head, capsys):
+    base, head, _ = feature_head
+    assert gguf.GGUFReader(str(head)).get_field("pymtp.graft.feature_layers").contents() == "1"
+    assert main(["info", str(base), "--mtp-head", str(head)]) == 0
+    assert "feature head" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("n_draft", [2, "auto"])
 def test_feature_head_is_lossless(feature_head, n_draft):
     base, head, _ = feature_head
     assert_head_drafts_losslessly(base, head, n_draft=n_draft)
+
+
+def test_parallel_feature_head_drafts_the_pass_torch_computes(tmp_path):
+    """--parallel K --features: the mask rows ride on the fused input; one engine draft of K tokens is
+    torch's parallel pass fed the fusion."""
+    import pymtp
+    from pymtp.graft.gguf_weights import load_base
+    from pymtp.graft.torch_model import BaseModel, MTPHead, feature_layers, rope_tables
+    from test_graft import CHECK_SEQ
+    from test_multihead import fresh_peek
+
+    K = 3
+    base_path = write_tiny(tmp_path / "tiny-llama.gguf", "llama", seed=1)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS)
+    head_path = tmp_path / "par-feat.gguf"
+    assert main(["graft", str(base_path), "-o", str(head_path), "--parallel", str(K), "--features",
+                 "--data-cache", str(tmp_path / "cache"), "--corpus", str(corpus), *GRAFT_ARGS]) == 0
+    seq = CHECK_SEQ
+    toks, logits = fresh_peek(pymtp.Model(base_path, mtp="on", mtp_head=head_path, n_draft=K, n_ctx=256,
+                                          n_threads=1), seq, K)
+    base_g = load_base(base_path, with_sha=False)
+    base, hp = BaseModel(base_g), base_g.hparams
+    head = MTPHead.from_gguf(hp, head_path)
+    assert head.parallel == K and head.features == len(feature_layers(hp.n_layer))
+    T = len(seq)
+    with torch.no_grad():
+        x = torch.tensor([seq])
+        h = head.fuse(base(x, feature_layers(hp.n_layer)))
+        cos, sin = rope_tables(torch.arange(T + K), hp.n_rot, hp.rope_base, hp.rope_freq_scale, base.rope_freqs)
+        h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+        outs = head.parallel_forward(base.tok_embd[x], h_prev, cos, sin)
+        want = np.stack([base.logits(o[0, -1]).numpy() for o in outs])
+    got = np.asarray(logits, dtype=np.float32).reshape(K, -1)
+    assert float(np.abs(got - want).max()) < 5e-2          # f16 head matrices
+    assert toks == [int(w.argmax()) for w in want]

@@ -18,6 +18,8 @@ def test_shipped_head_is_a_small_llama_head():
                   "llama.block_count": 31, "llama.embedding_length": 576}
     names = {t.name for t in r.tensors}
     assert "blk.30.nextn.eh_proj.weight" in names and all(n.startswith("blk.30.") for n in names)
+    # a feature head (pymtp graft --features): it accepts more than the ordinary head trained on the same data
+    assert "blk.30.nextn.eh_proj.feat" in names
 
 
 def test_built_in_model_gets_the_shipped_head(tmp_path):

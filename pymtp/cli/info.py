@@ -86,7 +86,7 @@ def head_in_use(model_path, info, head_arg: str | None) -> dict | None:
     return {"path": str(path), "source": source, "n_mtp_layers": head.n_mtp_layers,
             "acceptance": recorded(head), "acceptance_note": describe_recorded(head),
             "draft_vocab": prov.get("draft_vocab"), "draft_vocab_coverage": prov.get("draft_vocab_coverage"),
-            "parallel": prov.get("parallel")}
+            "parallel": prov.get("parallel"), "features": head.feature_head}
 
 
 def info_lines(info, will_run: bool, reason: str, head: dict | None = None) -> list[str]:
@@ -113,6 +113,9 @@ def info_lines(info, will_run: bool, reason: str, head: dict | None = None) -> l
         if head.get("draft_vocab_coverage") is not None:
             note += f", {head['draft_vocab_coverage']:.1%} of the base's held-out generated tokens"
         rows.insert(-1, ("draft vocab", note))
+    if head is not None and head.get("features"):
+        rows.insert(-1, ("feature head", "fed the base's final hidden state fused with two of its layers' "
+                                         "inputs (pymtp graft --features)"))
     if head is not None and head.get("parallel"):
         rows.insert(-1, ("parallel head", f"drafts up to {head['parallel']} tokens in one MTP decode "
                                           "(pymtp graft --parallel)"))

@@ -109,9 +109,10 @@ def compare_trunk(path, prompts=DEFAULT_PROMPTS, n_threads: int | None = None, s
 def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int | None = None,
                  seqs=None) -> dict:
     """Torch vs llama.cpp on a grafted head: the target context's h_p (what the engine feeds the
-    head; a feature head's fusion of h_p and the trunk features), then the MTP context fed the teacher-forced pairs (x_p, h_{p-1}) of each sequence:
-    its logits and output hidden state. Needs a build with the dense MTP graph (native/models/dense-mtp.cpp); the
-    head is loaded as a sidecar (llama_model_load_from_file_with_mtp_head).
+    head; a feature head's fusion of h_p and the trunk features), then the MTP context fed the
+    teacher-forced pairs (x_p, h_{p-1}) of each sequence: its logits and output hidden state. Needs a
+    build with the dense MTP graph (native/models/dense-mtp.cpp); the head is loaded as a sidecar
+    (llama_model_load_from_file_with_mtp_head).
 
     With N > 1 heads in the file every head is compared (see the module docstring): the top-level
     numbers are the worst over the heads, ``per_head`` has each head's own."""

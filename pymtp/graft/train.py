@@ -130,8 +130,9 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 class Hiddens:
     """Trunk final-norm hidden states of the (truncated) sequences, followed by the trunk features of
-    ``taps`` (a feature head's input): cached (fp16, host memory) or computed per batch. The trunk runs in its own dtype (float32, TF32 matmuls on CUDA, for
-    models up to BF16_TRUNK_PARAMS parameters; bf16 above), never under autocast."""
+    ``taps`` (a feature head's input): cached (fp16, host memory) or computed per batch. The trunk
+    runs in its own dtype (float32, TF32 matmuls on CUDA, for models up to BF16_TRUNK_PARAMS
+    parameters; bf16 above), never under autocast."""
 
     def __init__(self, base: BaseModel, data: Dataset, seq_len: int, cache_gb: float, device,
                  progress: bool, log=print, loss_positions: str = "generated", taps: tuple = ()):
@@ -742,6 +743,8 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
     per_head = [float(st["agree"]) for st in final_val["per_step"]] if final_val else []
     if cfg.parallel:
         provenance["parallel"] = int(cfg.parallel)
+    if cfg.features:
+        provenance["feature_layers"] = ",".join(str(il) for il in feature_layers(hp.n_layer))
     if n_heads > 1:
         provenance["heads"] = n_heads
         if per_head:
