@@ -28,6 +28,7 @@ from test_graft import (
 )
 
 FEAT = f"blk.{N_LAYER}.nextn.eh_proj.feat"
+DEFAULT_ARGS = [a for a in GRAFT_ARGS if a != "--no-features"]   # feature heads are pymtp graft's default
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,8 @@ def feature_head(tmp_path_factory):
     corpus = out / "corpus.txt"
     corpus.write_text(CORPUS)
     head, report = out / "feat.gguf", out / "feat.json"
-    rc = main(["graft", str(base), "-o", str(head), "--report", str(report), "--features",
-               "--data-cache", str(out / "cache"), "--corpus", str(corpus), *GRAFT_ARGS])
+    rc = main(["graft", str(base), "-o", str(head), "--report", str(report),
+               "--data-cache", str(out / "cache"), "--corpus", str(corpus), *DEFAULT_ARGS])
     assert rc == 0
     return base, head, json.loads(report.read_text())
 
@@ -151,7 +152,7 @@ def test_parallel_feature_head_drafts_the_pass_torch_computes(tmp_path):
     corpus.write_text(CORPUS)
     head_path = tmp_path / "par-feat.gguf"
     assert main(["graft", str(base_path), "-o", str(head_path), "--parallel", str(K), "--features",
-                 "--data-cache", str(tmp_path / "cache"), "--corpus", str(corpus), *GRAFT_ARGS]) == 0
+                 "--data-cache", str(tmp_path / "cache"), "--corpus", str(corpus), *DEFAULT_ARGS]) == 0
     seq = CHECK_SEQ
     toks, logits = fresh_peek(pymtp.Model(base_path, mtp="on", mtp_head=head_path, n_draft=K, n_ctx=256,
                                           n_threads=1), seq, K)

@@ -136,8 +136,10 @@ def test_torch_trunk_matches_llama_cpp(tmp_path, arch, window):
 # --------------------------------------------------------------------------- end to end
 
 # byte-level vocabulary: a chat prompt is ~100-250 tokens, the generated part 40
+# --no-features: these tests hold the ordinary head's contract (feature heads: test_feature_heads.py)
 GRAFT_ARGS = ["--samples", "12", "--gen-tokens", "40", "--steps", "30", "--batch", "4", "--seq-len", "320",
-              "--lr", "3e-3", "--device", "cpu", "--threads", "1", "--quiet", "--check-prompts", "3"]
+              "--lr", "3e-3", "--device", "cpu", "--threads", "1", "--quiet", "--check-prompts", "3",
+              "--no-features"]
 
 
 def expected_head_names(n_layer):
@@ -389,7 +391,8 @@ def test_graft_other_archs(tmp_path, arch, window):
     assert main(["graft", str(base), "-o", str(head), *args]) == 0
     names = {t.name for t in gguf.GGUFReader(str(head)).tensors}
     extras = {f"blk.{N_LAYER}.{s}" for s in ARCH_EXTRAS[arch]}
-    assert names == expected_head_names(N_LAYER) | extras
+    # a feature head, pymtp graft's default: its fusion matrix too
+    assert names == expected_head_names(N_LAYER) | extras | {f"blk.{N_LAYER}.nextn.eh_proj.feat"}
     seqs = [[72, 101, 108, 108, 111, 44, 32, 116, 104, 101, 114, 101, 33, 10, 87, 104, 97, 116]]
     r = compare_head(base, head, seqs=seqs, n_threads=1)
     assert r["max_abs_diff_mtp_logits"] < 5e-2, r

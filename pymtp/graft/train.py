@@ -82,7 +82,7 @@ class TrainConfig:
     loss_positions: str = "generated"  # "generated": where drafts are made (corpus: all); "all"
     heads: int = 1                    # chained MTP heads trained and written (1: one head, --chain)
     parallel: int = 0                 # K >= 2: a parallel head, K drafts in one pass (0: sequential)
-    features: bool = False            # fuse h with trunk features (EAGLE-3-style; torch_model.feature_layers)
+    features: bool = True             # fuse h with trunk features (EAGLE-3-style; torch_model.feature_layers)
 
 
 @dataclass
