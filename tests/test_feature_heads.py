@@ -131,6 +131,33 @@ def test_pymtp_info_says_feature_head(feature_head, capsys):
     assert "feature head" in capsys.readouterr().out
 
 
+def test_the_fusion_of_output_rows_only(tmp_path):
+    """A target that keeps MTP rows of its output rows only (masked): the trunk narrows the tapped layer
+    inputs to those rows too, and they equal the same rows of an unmasked decode."""
+    import pymtp  # noqa: F401  (loads the native library)
+    from pymtp._native import model_calls as mc
+
+    base = write_tiny(tmp_path / "tiny-llama.gguf", "llama", seed=3)
+    head = _random_feature_head(base, tmp_path / "feat.gguf", seed=5)
+    seq, rows = [72, 101, 108, 108, 111, 44, 32, 116, 104, 101], [3, 9]
+    model = mc.load_model(base, n_gpu_layers=0, load_mtp=True, mtp_head=head)
+    got = {}
+    try:
+        for masked in (False, True):
+            ctx = mc.new_context(model, len(seq), 1)
+            try:
+                mc.set_nextn_outputs(ctx, True, masked)
+                mc.decode(ctx, seq, 0, outputs=rows if masked else None)
+                # llama_get_embeddings_nextn_ith: the batch row (masked: resolved through the outputs)
+                nextn_ith = mc.L.lib().llama_get_embeddings_nextn_ith
+                got[masked] = np.stack([np.ctypeslib.as_array(nextn_ith(ctx, i), (D,)).copy() for i in rows])
+            finally:
+                mc.free_context(ctx)
+    finally:
+        mc.free_model(model)
+    assert float(np.abs(got[True] - got[False]).max()) < 1e-4
+
+
 @pytest.mark.parametrize("n_draft", [2, "auto"])
 def test_feature_head_is_lossless(feature_head, n_draft):
     base, head, _ = feature_head

@@ -93,14 +93,14 @@ def set_nextn_layer(ctx, index: int) -> None:
     L.lib().llama_set_nextn_layer_offset(ctx, index)
 
 
-def decode(ctx, tokens: list[int], pos0: int = 0, hidden=None) -> None:
-    """Decode ``tokens`` at positions pos0.. in one batch, every row an output. ``hidden``
-    (array [n, n_embd]): the rows' input hidden states, for an MTP context. Raises RuntimeError
-    when llama_decode fails."""
+def decode(ctx, tokens: list[int], pos0: int = 0, hidden=None, outputs=None) -> None:
+    """Decode ``tokens`` at positions pos0.. in one batch, every row an output (``outputs``: only the
+    rows at these indices). ``hidden`` (array [n, n_embd]): the rows' input hidden states, for an MTP
+    context. Raises RuntimeError when llama_decode fails."""
     n = len(tokens)
     tok = (L.llama_token * n)(*tokens)
     pos = (L.llama_pos * n)(*range(pos0, pos0 + n))
-    out = (C.c_int8 * n)(*([1] * n))
+    out = (C.c_int8 * n)(*([1] * n if outputs is None else [int(i in outputs) for i in range(n)]))
     batch = L.llama_batch(n_tokens=n, token=tok, pos=pos, logits=out)
     if hidden is not None:
         import numpy as np
