@@ -8,8 +8,6 @@ is lossless. Models: the tiny random dense GGUFs of test_graft (CPU, seconds).
 
 from __future__ import annotations
 
-import json
-
 import gguf
 import numpy as np
 import pytest
@@ -18,12 +16,12 @@ import torch
 from pymtp.cli.main import main
 from test_graft import (
     ARCHS,
-    CORPUS,
     GRAFT_ARGS,
     N_LAYER,
     D,
     assert_head_drafts_losslessly,
     expected_head_names,
+    graft_tiny,
     write_tiny,
 )
 
@@ -33,15 +31,7 @@ DEFAULT_ARGS = [a for a in GRAFT_ARGS if a != "--no-features"]   # feature heads
 
 @pytest.fixture(scope="module")
 def feature_head(tmp_path_factory):
-    out = tmp_path_factory.mktemp("graft-features")
-    base = write_tiny(out / "tiny-llama.gguf", "llama", seed=1)
-    corpus = out / "corpus.txt"
-    corpus.write_text(CORPUS)
-    head, report = out / "feat.gguf", out / "feat.json"
-    rc = main(["graft", str(base), "-o", str(head), "--report", str(report),
-               "--data-cache", str(out / "cache"), "--corpus", str(corpus), *DEFAULT_ARGS])
-    assert rc == 0
-    return base, head, json.loads(report.read_text())
+    return graft_tiny(tmp_path_factory.mktemp("graft-features"), "feat", args=DEFAULT_ARGS)
 
 
 def test_feature_layers_rule():
@@ -110,13 +100,7 @@ def test_the_fusion_changes_what_the_head_sees(tmp_path):
     seq = [72, 101, 108, 108, 111, 44, 32, 116]
     model = mc.load_model(base, n_gpu_layers=0, load_mtp=True, mtp_head=head)
     try:
-        ctx = mc.new_context(model, len(seq), 1)
-        try:
-            mc.set_nextn_outputs(ctx, True, False)
-            mc.decode(ctx, seq, 0)
-            got = mc.nextn_rows(ctx, len(seq), D)
-        finally:
-            mc.free_context(ctx)
+        got = mc.target_nextn_rows(model, seq, 1)
     finally:
         mc.free_model(model)
     with torch.no_grad():
@@ -141,21 +125,12 @@ def test_the_fusion_of_output_rows_only(tmp_path):
     head = _random_feature_head(base, tmp_path / "feat.gguf", seed=5)
     seq, rows = [72, 101, 108, 108, 111, 44, 32, 116, 104, 101], [3, 9]
     model = mc.load_model(base, n_gpu_layers=0, load_mtp=True, mtp_head=head)
-    got = {}
     try:
-        for masked in (False, True):
-            ctx = mc.new_context(model, len(seq), 1)
-            try:
-                mc.set_nextn_outputs(ctx, True, masked)
-                mc.decode(ctx, seq, 0, outputs=rows if masked else None)
-                # llama_get_embeddings_nextn_ith: the batch row (masked: resolved through the outputs)
-                nextn_ith = mc.L.lib().llama_get_embeddings_nextn_ith
-                got[masked] = np.stack([np.ctypeslib.as_array(nextn_ith(ctx, i), (D,)).copy() for i in rows])
-            finally:
-                mc.free_context(ctx)
+        every_row = mc.target_nextn_rows(model, seq, 1)
+        output_rows = mc.target_nextn_rows(model, seq, 1, outputs=rows)
     finally:
         mc.free_model(model)
-    assert float(np.abs(got[True] - got[False]).max()) < 1e-4
+    assert float(np.abs(output_rows - every_row[rows]).max()) < 1e-4
 
 
 @pytest.mark.parametrize("n_draft", [2, "auto"])
@@ -174,12 +149,7 @@ def test_parallel_feature_head_drafts_the_pass_torch_computes(tmp_path):
     from test_multihead import fresh_peek
 
     K = 3
-    base_path = write_tiny(tmp_path / "tiny-llama.gguf", "llama", seed=1)
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(CORPUS)
-    head_path = tmp_path / "par-feat.gguf"
-    assert main(["graft", str(base_path), "-o", str(head_path), "--parallel", str(K), "--features",
-                 "--data-cache", str(tmp_path / "cache"), "--corpus", str(corpus), *DEFAULT_ARGS]) == 0
+    base_path, head_path, _ = graft_tiny(tmp_path, "par-feat", "--parallel", str(K), "--features", args=DEFAULT_ARGS)
     seq = CHECK_SEQ
     toks, logits = fresh_peek(pymtp.Model(base_path, mtp="on", mtp_head=head_path, n_draft=K, n_ctx=256,
                                           n_threads=1), seq, K)

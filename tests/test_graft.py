@@ -142,6 +142,18 @@ GRAFT_ARGS = ["--samples", "12", "--gen-tokens", "40", "--steps", "30", "--batch
               "--no-features"]
 
 
+def graft_tiny(out, name: str, *extra: str, args=GRAFT_ARGS):
+    """A tiny llama base in ``out`` and a head grafted for it on CORPUS with ``args`` + ``extra``:
+    (base, head, its report)."""
+    base = write_tiny(out / "tiny-llama.gguf", "llama", seed=1)
+    corpus = out / "corpus.txt"
+    corpus.write_text(CORPUS)
+    head, report = out / f"{name}.gguf", out / f"{name}.json"
+    assert main(["graft", str(base), "-o", str(head), "--report", str(report), *extra,
+                 "--data-cache", str(out / "cache"), "--corpus", str(corpus), *args]) == 0
+    return base, head, json.loads(report.read_text())
+
+
 def expected_head_names(n_layer):
     L = n_layer
     names = {f"blk.{L}.{s}.weight" for s in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",

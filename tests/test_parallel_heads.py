@@ -8,8 +8,6 @@ rows never stay). Models: the tiny random dense GGUFs of test_graft (CPU, second
 
 from __future__ import annotations
 
-import json
-
 import gguf
 import numpy as np
 import pytest
@@ -17,22 +15,14 @@ import torch
 
 import pymtp
 from pymtp.cli.main import main
-from test_graft import CHECK_SEQ, CORPUS, GRAFT_ARGS, N_LAYER, D, expected_head_names, joint_first_tokens, write_tiny
+from test_graft import CHECK_SEQ, N_LAYER, D, expected_head_names, graft_tiny, joint_first_tokens
 
 K = 3
 
 
 @pytest.fixture(scope="module")
 def parallel_head(tmp_path_factory):
-    out = tmp_path_factory.mktemp("graft-parallel")
-    base = write_tiny(out / "tiny-llama.gguf", "llama", seed=1)
-    corpus = out / "corpus.txt"
-    corpus.write_text(CORPUS)
-    head, report = out / "par.gguf", out / "par.json"
-    rc = main(["graft", str(base), "-o", str(head), "--report", str(report), "--parallel", str(K),
-               "--data-cache", str(out / "cache"), "--corpus", str(corpus), *GRAFT_ARGS])
-    assert rc == 0
-    return base, head, json.loads(report.read_text())
+    return graft_tiny(tmp_path_factory.mktemp("graft-parallel"), "par", "--parallel", str(K))
 
 
 def open_model(base, head, **kw):

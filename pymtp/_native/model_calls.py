@@ -114,10 +114,12 @@ def decode(ctx, tokens: list[int], pos0: int = 0, hidden=None, outputs=None) -> 
 
 # --------------------------------------------------------------------------- output rows
 
-def _rows(fn, ctx, n: int, width: int):
+def _rows(fn, ctx, n, width: int):
+    """Rows 0..n-1 of an output (n: an int), or the rows at the batch indices n (a list)."""
     import numpy as np
 
-    return np.stack([np.ctypeslib.as_array(fn(ctx, i), (width,)).copy() for i in range(n)])
+    rows = range(n) if isinstance(n, int) else n
+    return np.stack([np.ctypeslib.as_array(fn(ctx, i), (width,)).copy() for i in rows])
 
 
 def logits_rows(ctx, n: int, n_vocab: int):
@@ -133,6 +135,20 @@ def embedding_rows(ctx, n: int, n_embd: int):
 def nextn_rows(ctx, n: int, n_embd: int):
     """The MTP hidden states (h_nextn) of the first n rows (after set_nextn_outputs): [n, n_embd]."""
     return _rows(L.lib().llama_get_embeddings_nextn_ith, ctx, n, n_embd)
+
+
+def target_nextn_rows(model, tokens: list[int], n_threads: int | None = None, outputs=None):
+    """What a target context of ``model`` publishes for its MTP head (h_nextn) when it decodes ``tokens``
+    at positions 0..: every row, [n, n_embd]; with ``outputs`` (batch indices) only those rows are
+    outputs and the context keeps the MTP rows of its outputs only (masked), returned in that order."""
+    ctx = new_context(model, len(tokens), n_threads)
+    try:
+        set_nextn_outputs(ctx, True, outputs is not None)
+        decode(ctx, tokens, 0, outputs=outputs)
+        return _rows(L.lib().llama_get_embeddings_nextn_ith, ctx,
+                     len(tokens) if outputs is None else list(outputs), model_n_embd(model))
+    finally:
+        free_context(ctx)
 
 
 def _embeddings_ith():

@@ -141,13 +141,7 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
         n_vocab = vocab_calls.n_tokens(mc.model_vocab(model))
         ref = []
         for seq in seqs:
-            ctx = mc.new_context(model, len(seq), n_threads)
-            try:
-                mc.set_nextn_outputs(ctx, True, False)
-                mc.decode(ctx, seq, 0)
-                h = mc.nextn_rows(ctx, len(seq), n_embd)
-            finally:
-                mc.free_context(ctx)
+            h = mc.target_nextn_rows(model, seq, n_threads)
             per_head, g = [], h
             for j in range(n_heads):
                 # head j, its own MTP context (its own KV): (x_p, g_{j-1}(p-1)), g_{-1} = h
