@@ -99,21 +99,13 @@ def built_in_q4_k_m(tmp_path_factory):
     return dst
 
 
-def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(built_in_q4_k_m):
-    """Each row of a 4-, 9- and 17-token batch (a verify of 3, 8 and 16 drafts) has exactly the logits of
-    decoding its token alone, with the engine's attention and cache settings, on a Q4_K_M model (patch
-    0019: before it, ggml-cpu's repacked Q4_K gemm from 4 rows and its tiled K-quant matmul from 8 rows
-    rounded differently from the one-row kernels, and greedy MTP output diverged from MTP off)."""
-    import gguf
+def assert_verify_rows_equal_one_by_one(path, sizes=(4, 9, 17)) -> None:
+    """Each row of a verify-sized batch (1 + the drafts) has exactly the logits of decoding its token
+    alone, with the engine's attention and cache settings."""
     import numpy as np
 
     from pymtp._native import model_calls as mc
 
-    if NGL:
-        pytest.skip("a CPU kernel path")
-    path = built_in_q4_k_m
-    types = {t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
-    assert {gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K} <= types
     with pymtp.Model(path, n_threads=2, mtp="off") as m:
         seq = m.tokenize("The lighthouse keeper climbed the stairs every evening, lit the lamp, and spoke to "
                          "the sea about the ships, the storms and the gulls that nested on the rocks below.")
@@ -135,7 +127,36 @@ def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(
                 mc.free_context(ctx)
 
         one_by_one = rows([1] * 17)
-        for n in (4, 9, 17):
+        for n in sizes:
             np.testing.assert_array_equal(rows([n] + [1] * (17 - n)), one_by_one, err_msg=f"a {n}-row batch")
     finally:
         mc.free_model(model)
+
+
+def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(built_in_q4_k_m):
+    """A 4-, 9- and 17-token batch (a verify of 3, 8 and 16 drafts) on a Q4_K_M model (patch 0019: before
+    it, ggml-cpu's repacked Q4_K gemm from 4 rows and its tiled K-quant matmul from 8 rows rounded
+    differently from the one-row kernels, and greedy MTP output diverged from MTP off)."""
+    import gguf
+
+    if NGL:
+        pytest.skip("a CPU kernel path")
+    types = {t.tensor_type for t in gguf.GGUFReader(str(built_in_q4_k_m)).tensors}
+    assert {gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K} <= types
+    assert_verify_rows_equal_one_by_one(built_in_q4_k_m)
+
+
+def test_verify_batch_rows_equal_one_by_one_decodes_on_the_built_in_q4_1_model():
+    """The built-in model itself (Q4_1 matrices through ggml's dot products, the Q8_0 output through
+    tinyBLAS): every row of a verify of 1, 2, 3, 7 and 8 drafts rounds exactly like a one-token decode.
+    (A 1-ulp change in one product of a 2-row batch fails it.)"""
+    import gguf
+
+    from pymtp import default_model
+
+    if NGL:
+        pytest.skip("a CPU kernel path")
+    path = default_model.default_model_path(progress=False)
+    types = {t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
+    assert gguf.GGMLQuantizationType.Q4_1 in types
+    assert_verify_rows_equal_one_by_one(path, sizes=(2, 3, 4, 8, 9))

@@ -100,6 +100,10 @@ wait)
     if grep -q '^graft: exit' $W/log; then
         cp $W/log "$OUT/graft.log"; cp $W/*.json "$OUT/" 2>/dev/null; for f in $W/*.gguf; do [ "$f" = $W/$BASE.gguf ] || cp "$f" "$OUT/"; done
         ls -la "$OUT"
+    else    # variants that have finished come back now (the machine may go back before the last one ends)
+        for name in $(sed -n 's/^variant \([^:]*\): done.*/\1/p' $W/log); do
+            cp $W/log "$OUT/graft.log"; cp $W/$name.json $W/$name.gguf "$OUT/" 2>/dev/null
+        done
     fi
     ;;
 *) echo "graft_recipe.sh: STEP=store|append|start|wait" >&2; exit 2 ;;
