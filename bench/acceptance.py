@@ -6,7 +6,10 @@ pymtp.graft.acceptance.measure (what `pymtp graft` records on its held-out promp
 unconditional acceptance a_i of every draft position i <= K and AL(k) = 1 + a_1 + ... + a_k.
 Speed is not measured here: use `pymtp bench` for ratios taken side by side.
 
-    python bench/acceptance.py [MODEL] [--mtp-head HEAD] [--prompts mtbench] [-n 256] [-k 4]
+    python bench/acceptance.py [MODEL] [--mtp-head HEAD] [--prompts mtbench] [-n 256] [-k 4] [--by-category]
+
+--by-category (MT-Bench only) also reports each of its eight categories apart (writing, roleplay,
+reasoning, math, coding, extraction, stem, humanities): where a head accepts less.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import sys
 import time
 
-from pymtp.bench.prompts import load_prompts
+from pymtp.bench.prompts import load_prompts, mtbench_categories
 from pymtp.graft.acceptance import measure
 
 
@@ -30,7 +33,11 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--by-category", action="store_true",
+                    help="MT-Bench: also report each category apart (its prompts are generated again)")
     args = ap.parse_args()
+    if args.by_category and args.prompts != "mtbench":
+        ap.error("--by-category needs --prompts mtbench (the only set with categories)")
 
     prompts = [[{"role": "user", "content": t}] for t in load_prompts(args.prompts)[: args.limit]]
     t0 = time.time()
@@ -43,6 +50,14 @@ def main() -> int:
     print("position   " + "  ".join(f"{i + 1:>5}" for i in range(args.k)))
     print("acceptance " + "  ".join(f"{x:5.3f}" for x in a))
     print("AL(k)      " + "  ".join(f"{x:5.2f}" for x in al))
+    if args.by_category:
+        cats = mtbench_categories()[: len(prompts)]
+        result["by_category"] = {}
+        for cat in dict.fromkeys(cats):
+            sub = [p for p, c in zip(prompts, cats) if c == cat]
+            r = measure(args.model, args.mtp_head, sub, k=args.k, max_tokens=args.n, n_threads=args.threads)
+            result["by_category"][cat] = r.to_dict()
+            print(f"{cat:<10} " + "  ".join(f"{x:5.3f}" for x in r.per_position) + f"   ({r.n_generated} tokens)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

