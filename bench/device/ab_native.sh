@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# A/B of native source files on one GPU machine, in one build: side A is the files as committed at
+# AB_REV (default HEAD), side B is the working tree's. The runs alternate between the sides in AB_ORDER,
+# and the package is reinstalled between them (an incremental rebuild, ~30 s). Used for the adaptive
+# controller on 2026-11-26 (docs/results/adaptive-2026-11-26-h100/): a ratio to MTP off moves by
+# ~5% between identical runs on the H100, so one run per side says little.
+#
+# Call 1 (the build installs side B):
+#   carry [".dev/callb"]   mkdir -p .dev && rm -rf .dev/call1 && mv .dev/callb .dev/call1 && STEP=build bash bench/device/run_adaptive.sh
+# Call 2:   carry [".dev/smol/smolxz.part0"]                            STEP=store bash bench/device/run_adaptive.sh
+# Call 3:   carry [".dev/smol/smolxz.part1", ".dev/smol/smol.sha256"]
+#           AB_FILES="native/engine/mtp-adaptive.cpp native/engine/mtp-adaptive.h" bash bench/device/ab_native.sh
+#
+# Knobs: AB_FILES (required: the files that differ), AB_REV (HEAD), AB_ORDER ("B B A A B B A A"),
+# AB_BENCH (the pymtp bench arguments; default: 16 MT-Bench first turns x 192, k=2 and auto, --ngl 99).
+# Results: $OUT/ab-<side>-<run>.{txt,json} and $OUT/ab-summary.txt.
+set -uo pipefail
+OUT=${OUT:-/tmp/pymtp-out}
+: "${AB_FILES:?AB_FILES: the native files that differ between the sides}"
+mkdir -p "$OUT" .dev/ab/A .dev/ab/B /tmp/smol-parts
+export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
+for f in $AB_FILES; do
+    git show "${AB_REV:-HEAD}:$f" > ".dev/ab/A/$(basename "$f")" || exit 1
+    cp "$f" ".dev/ab/B/$(basename "$f")" || exit 1
+done
+cp .dev/smol/smolxz.part* .dev/smol/smol.sha256 /tmp/smol-parts/ 2>/dev/null
+smol=$PYMTP_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -f "$smol" ]; then
+    mkdir -p "$(dirname "$smol")"
+    cat /tmp/smol-parts/smolxz.part* | xz -dc > /tmp/smol.gguf || exit 1
+    echo "$(cat /tmp/smol-parts/smol.sha256)  /tmp/smol.gguf" | sha256sum -c - || exit 1
+    mv /tmp/smol.gguf "$smol"
+fi
+install() {   # put side $1's files in place and reinstall (the build call's flags: no reconfigure)
+    local f t
+    for f in $AB_FILES; do cp ".dev/ab/$1/$(basename "$f")" "$f"; done
+    t=$(date +%s)
+    CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+        python3 -m pip install -q --no-build-isolation --no-deps . > "/tmp/ab-install-$1.log" 2>&1 \
+        || { tail -20 "/tmp/ab-install-$1.log"; exit 1; }
+    echo "installed side $1 in $(( $(date +%s) - t )) s" | tee -a "$OUT/ab-summary.txt"
+}
+read -ra bench_args <<< "${AB_BENCH:---prompts mtbench --limit 16 -n 192 --n-drafts 2,auto --ngl 99}"
+run() {       # one pymtp bench of side $1, run number $2, from /tmp (not the source tree)
+    (cd /tmp && pymtp bench "${bench_args[@]}" --json "$OUT/ab-$1-$2.json" > "$OUT/ab-$1-$2.txt" 2>&1)
+    grep -E "^(off|mtp)" "$OUT/ab-$1-$2.txt" | sed "s/^/$1 $2  /" | cut -c1-90 | tee -a "$OUT/ab-summary.txt"
+}
+i=0
+cur=B         # the build call installed the working tree
+for side in ${AB_ORDER:-B B A A B B A A}; do
+    i=$((i + 1))
+    [ "$cur" != "$side" ] && { install "$side"; cur=$side; }
+    run "$side" "$i"
+done
+for f in $AB_FILES; do cp ".dev/ab/B/$(basename "$f")" "$f"; done   # the working tree as carried
