@@ -34,15 +34,17 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--by-category", action="store_true",
-                    help="MT-Bench: also report each category apart (its prompts are generated again)")
+                    help="MT-Bench: also report each category apart (from the same generations)")
     args = ap.parse_args()
     if args.by_category and args.prompts != "mtbench":
         ap.error("--by-category needs --prompts mtbench (the only set with categories)")
 
     prompts = [[{"role": "user", "content": t}] for t in load_prompts(args.prompts)[: args.limit]]
     t0 = time.time()
+    groups = mtbench_categories()[: len(prompts)] if args.by_category else None
     got = measure(args.model, args.mtp_head, prompts, k=args.k, max_tokens=args.n, n_threads=args.threads,
-                  on_prompt=lambda i, n: print(f"\r{i}/{n} prompts", end="", file=sys.stderr, flush=True))
+                  on_prompt=lambda i, n: print(f"\r{i}/{n} prompts", end="", file=sys.stderr, flush=True),
+                  groups=groups)
     print(file=sys.stderr)
     a, al = got.per_position, got.al_by_k
     result = {"model": args.model, "head": args.mtp_head, "prompts": args.prompts, "max_tokens": args.n,
@@ -51,12 +53,8 @@ def main() -> int:
     print("acceptance " + "  ".join(f"{x:5.3f}" for x in a))
     print("AL(k)      " + "  ".join(f"{x:5.2f}" for x in al))
     if args.by_category:
-        cats = mtbench_categories()[: len(prompts)]
-        result["by_category"] = {}
-        for cat in dict.fromkeys(cats):
-            sub = [p for p, c in zip(prompts, cats) if c == cat]
-            r = measure(args.model, args.mtp_head, sub, k=args.k, max_tokens=args.n, n_threads=args.threads)
-            result["by_category"][cat] = r.to_dict()
+        result["by_category"] = {cat: r.to_dict() for cat, r in got.by_group.items()}
+        for cat, r in got.by_group.items():
             print(f"{cat:<10} " + "  ".join(f"{x:5.3f}" for x in r.per_position) + f"   ({r.n_generated} tokens)")
     if args.json:
         with open(args.json, "w") as f:

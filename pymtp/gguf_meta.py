@@ -24,6 +24,9 @@ from typing import NamedTuple
 
 from pymtp.errors import ModelFileError
 
+# a feature head's fusion of h and trunk features, blk.L.<this> (pymtp graft --features; native/models/dense-mtp.cpp)
+FEATURE_TENSOR_SUFFIX = "nextn.eh_proj.feat"
+
 GRAFT_PREFIX = "pymtp.graft."      # provenance keys of a head written by pymtp graft
 
 # Architectures (``general.architecture`` strings, as spelled in llama.cpp's
@@ -273,7 +276,7 @@ def read_info(path) -> ModelInfo:
         context_length=arch_int("context_length"),
         chat_template=template if isinstance(template, str) and template else None,
         has_mtp_tensors=any(".nextn." in t.name for t in tensors),
-        feature_head=any(t.name.endswith(".nextn.eh_proj.feat") for t in tensors),
+        feature_head=any(t.name.endswith("." + FEATURE_TENSOR_SUFFIX) for t in tensors),
         n_tensors=len(tensors),
         bos_token=_token_text(reader, "tokenizer.ggml.bos_token_id"),
         eos_token=_token_text(reader, "tokenizer.ggml.eos_token_id"),

@@ -142,29 +142,11 @@ def test_feature_head_is_lossless(feature_head, n_draft):
 def test_parallel_feature_head_drafts_the_pass_torch_computes(tmp_path):
     """--parallel K --features: the mask rows ride on the fused input; one engine draft of K tokens is
     torch's parallel pass fed the fusion."""
-    import pymtp
     from pymtp.graft.gguf_weights import load_base
-    from pymtp.graft.torch_model import BaseModel, MTPHead, feature_layers, rope_tables
-    from test_graft import CHECK_SEQ
-    from test_multihead import fresh_peek
+    from pymtp.graft.torch_model import feature_layers
+    from test_parallel_heads import assert_engine_draft_is_torchs_pass
 
     K = 3
     base_path, head_path, _ = graft_tiny(tmp_path, "par-feat", "--parallel", str(K), "--features", args=DEFAULT_ARGS)
-    seq = CHECK_SEQ
-    toks, logits = fresh_peek(pymtp.Model(base_path, mtp="on", mtp_head=head_path, n_draft=K, n_ctx=256,
-                                          n_threads=1), seq, K)
-    base_g = load_base(base_path, with_sha=False)
-    base, hp = BaseModel(base_g), base_g.hparams
-    head = MTPHead.from_gguf(hp, head_path)
-    assert head.parallel == K and head.features == len(feature_layers(hp.n_layer))
-    T = len(seq)
-    with torch.no_grad():
-        x = torch.tensor([seq])
-        h = head.fuse(base(x, feature_layers(hp.n_layer)))
-        cos, sin = rope_tables(torch.arange(T + K), hp.n_rot, hp.rope_base, hp.rope_freq_scale, base.rope_freqs)
-        h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
-        outs = head.parallel_forward(base.tok_embd[x], h_prev, cos, sin)
-        want = np.stack([base.logits(o[0, -1]).numpy() for o in outs])
-    got = np.asarray(logits, dtype=np.float32).reshape(K, -1)
-    assert float(np.abs(got - want).max()) < 5e-2          # f16 head matrices
-    assert toks == [int(w.argmax()) for w in want]
+    head = assert_engine_draft_is_torchs_pass(base_path, head_path, K)
+    assert head.features == len(feature_layers(load_base(base_path, with_sha=False).hparams.n_layer))

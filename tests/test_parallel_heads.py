@@ -49,35 +49,42 @@ def test_parallel_head_file_and_training(parallel_head):
     assert report["acceptance"]["k"] == K
 
 
-def test_engine_drafts_the_pass_torch_computes(parallel_head):
-    """One engine draft (peek) of K tokens = torch's parallel pass at the last position: the same
-    logits for every entry, from one MTP decode."""
+def assert_engine_draft_is_torchs_pass(base_path, head_path, k: int):
+    """One engine draft (peek) of k tokens after CHECK_SEQ = torch's parallel pass at its last position
+    (fed the fusion of the trunk features for a feature head): the same logits for every entry, from one
+    MTP decode, and their argmaxes as the tokens. Returns the torch head."""
     from pymtp.graft.gguf_weights import load_base
-    from pymtp.graft.torch_model import BaseModel, MTPHead, rope_tables
+    from pymtp.graft.torch_model import BaseModel, MTPHead, feature_layers, rope_tables
     from test_multihead import fresh_peek
 
-    base_path, head_path = parallel_head[0], parallel_head[1]
     seq = CHECK_SEQ
-    with open_model(base_path, head_path, n_draft=K) as m:
-        assert m.parallel == K
-    toks, logits = fresh_peek(open_model(base_path, head_path, n_draft=K), seq, K)
-    assert len(toks) == K
-
+    toks, logits = fresh_peek(open_model(base_path, head_path, n_draft=k), seq, k)
+    assert len(toks) == k
     base_g = load_base(base_path, with_sha=False)
     base, hp = BaseModel(base_g), base_g.hparams
     head = MTPHead.from_gguf(hp, head_path)
-    assert head.parallel == K
+    assert head.parallel == k
     T = len(seq)
     with torch.no_grad():
         x = torch.tensor([seq])
-        h = base(x)
-        cos, sin = rope_tables(torch.arange(T + K), hp.n_rot, hp.rope_base, hp.rope_freq_scale, base.rope_freqs)
+        h = head.fuse(base(x, feature_layers(hp.n_layer) if head.features else ()))
+        cos, sin = rope_tables(torch.arange(T + k), hp.n_rot, hp.rope_base, hp.rope_freq_scale, base.rope_freqs)
         h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
         outs = head.parallel_forward(base.tok_embd[x], h_prev, cos, sin)
         want = np.stack([base.logits(o[0, -1]).numpy() for o in outs])
-    got = np.asarray(logits, dtype=np.float32).reshape(K, -1)
+    got = np.asarray(logits, dtype=np.float32).reshape(k, -1)
     assert float(np.abs(got - want).max()) < 5e-2          # f16 head matrices
     assert toks == [int(w.argmax()) for w in want]
+    return head
+
+
+def test_engine_drafts_the_pass_torch_computes(parallel_head):
+    """One engine draft (peek) of K tokens = torch's parallel pass at the last position: the same
+    logits for every entry, from one MTP decode."""
+    base_path, head_path = parallel_head[0], parallel_head[1]
+    with open_model(base_path, head_path, n_draft=K) as m:
+        assert m.parallel == K
+    assert_engine_draft_is_torchs_pass(base_path, head_path, K)
 
 
 @pytest.mark.parametrize("n_draft", [K, "auto"])

@@ -10,7 +10,7 @@ accepted length AL(j) = 1 + a_1 + ... + a_j for every j <= k. Hardware-independe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # a quantized head that accepts this much less than its f16 original at position 1 is reported
 QUANT_LOSS_WARN = 0.05
@@ -24,6 +24,7 @@ class Acceptance:
     n_prompts: int
     n_generated: int            # tokens generated over all prompts
     measured_al: float          # (accepted + steps) / steps at draft length k
+    by_group: dict = field(default_factory=dict)   # measure(groups=...): each label's own Acceptance
 
     @property
     def al_by_k(self) -> list:
@@ -40,31 +41,51 @@ class Acceptance:
                 f"{self.n_prompts} prompts, {self.n_generated} tokens)")
 
 
+class _Tally:
+    """Acceptance counts of greedy generations at draft length k, summed over prompts."""
+
+    def __init__(self, k: int):
+        self.acc, self.dra = [0] * k, [0] * k
+        self.prompts = self.steps = self.accepted = self.generated = 0
+
+    def add(self, s) -> None:
+        for j, (a, d) in enumerate(zip(s.accepted_per_position, s.drafted_per_position)):
+            self.acc[j] += a
+            self.dra[j] += d
+        self.prompts += 1
+        self.steps += s.n_steps
+        self.accepted += s.n_accepted
+        self.generated += s.n_generated
+
+    def result(self) -> Acceptance:
+        return Acceptance([a / d if d else 0.0 for a, d in zip(self.acc, self.dra)], self.prompts, self.generated,
+                          (self.accepted + self.steps) / self.steps if self.steps else 1.0)
+
+
 def measure(model, head, prompts, *, k: int = 3, max_tokens: int = 128, n_threads: int | None = None,
-            on_prompt=None) -> Acceptance:
+            on_prompt=None, groups=None) -> Acceptance:
     """Greedy generation of each prompt (a list of chat messages, rendered with the model's
     template, or a raw string) with MTP at draft length ``k``; ``head``: a head-only GGUF (or a
     draft-vocabulary file), None (the head pymtp finds for the model) or "" (the model's own MTP
-    layers as they are)."""
+    layers as they are). ``groups``: a label per prompt (e.g. MT-Bench categories); the result's
+    ``by_group`` then holds each label's acceptance, from the same generations."""
     import pymtp
 
-    acc, dra = [0] * k, [0] * k
-    steps = accepted = generated = 0
+    total = _Tally(k)
+    tallies = {}
     with pymtp.Model(None if model is None else str(model), mtp="on", n_draft=k,
                      mtp_head=None if head is None else str(head), n_threads=n_threads) as m:
         for i, p in enumerate(prompts):
             run = m.generate if isinstance(p, str) else m.chat
             s = run(p, max_tokens=max_tokens, draft="greedy").stats
-            for j, (a, d) in enumerate(zip(s.accepted_per_position, s.drafted_per_position)):
-                acc[j] += a
-                dra[j] += d
-            steps += s.n_steps
-            accepted += s.n_accepted
-            generated += s.n_generated
+            total.add(s)
+            if groups is not None:
+                tallies.setdefault(groups[i], _Tally(k)).add(s)
             if on_prompt is not None:
                 on_prompt(i + 1, len(prompts))
-    return Acceptance([a / d if d else 0.0 for a, d in zip(acc, dra)], len(prompts), generated,
-                      (accepted + steps) / steps if steps else 1.0)
+    out = total.result()
+    out.by_group = {label: t.result() for label, t in tallies.items()}
+    return out
 
 
 def provenance(a: Acceptance) -> dict:

@@ -48,6 +48,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..gguf_meta import FEATURE_TENSOR_SUFFIX
 from .gguf_weights import BaseGGUF, HParams
 
 
@@ -416,7 +417,7 @@ NEXTN_SUFFIXES = ("nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.wei
 
 INIT_CHOICES = ("mix", "h", "e")
 MASK_SUFFIX = "nextn.hnorm.mask"   # a parallel head's mask rows (native/models/parallel-draft.cpp)
-FEAT_SUFFIX = "nextn.eh_proj.feat"  # a feature head's fusion of h and trunk features (dense-mtp.cpp)
+FEAT_SUFFIX = FEATURE_TENSOR_SUFFIX  # a feature head's fusion of h and trunk features (dense-mtp.cpp)
 
 
 class MTPHead(nn.Module):
