@@ -2,11 +2,13 @@
 
 Three Models of one file run side by side: MTP off, a second MTP off (so the spread between two
 identical configurations is measured next to the ratio it qualifies) and MTP on with the adaptive
-controller. Every prompt runs on all three back to back, in an order rotated per prompt; nothing
+controller. Every prompt runs on all three back to back, each prompt in the next of every order of
+the three (so each Model follows each other one equally often); nothing
 else runs in between (pymtp bench's fixed lengths leave work and decode sizes behind them that the
 next configuration inherits). Decode tok/s only (prefill excluded), as pymtp bench counts it.
 
-    python bench/auto_vs_off.py [--limit 16] [--passes 2] [-n 192] [--temp 0.7] [--ngl 99] [--head-only] [MODEL]
+    python bench/auto_vs_off.py [--limit 16] [--passes 2] [-n 192] [--temp 0.7] [--ngl 99] [--head-only]
+        [--create-order off,off2,auto] [MODEL]
 
 --head-only adds a fourth Model with the MTP head loaded but no MTP context (n_draft=0): what a
 loaded head costs by itself, with no MTP work at all.
@@ -18,6 +20,7 @@ MT-Bench first turns (downloaded once from the package registry).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 
 from pymtp import Model
@@ -35,17 +38,29 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: llama.cpp's)")
     ap.add_argument("--head-only", action="store_true",
                     help="also run a Model with the head loaded and no MTP context (n_draft=0)")
+    ap.add_argument("--create-order", default="off,off2,auto",
+                    help="the order in which the Models are created (default: off,off2,auto): on a GPU a Model's "
+                         "speed can depend on it, which the off/off2 floor shows")
     ap.add_argument("--json", default=None, help="also write the results to this file")
     args = ap.parse_args()
 
     kw = dict(n_gpu_layers=args.ngl, n_threads=args.threads)
-    models = {"off": Model(args.model, mtp="off", **kw), "off2": Model(args.model, mtp="off", **kw),
-              "auto": Model(args.model, n_draft="auto", **kw)}
+    make = {"off": lambda: Model(args.model, mtp="off", **kw), "off2": lambda: Model(args.model, mtp="off", **kw),
+            "auto": lambda: Model(args.model, n_draft="auto", **kw)}
     if args.head_only:
-        models["head-only"] = Model(args.model, n_draft=0, **kw)
+        make["head-only"] = lambda: Model(args.model, n_draft=0, **kw)
+    order = args.create_order.split(",") + [n for n in make if n not in args.create_order.split(",")]
+    if sorted(order) != sorted(make):
+        ap.error(f"--create-order: expected a comma-separated order of {', '.join(make)}")
+    created = {n: make[n]() for n in order}
+    models = {n: created[n] for n in make}   # runs rotate in this order whatever the creation order
     prompts = [models["off"].chat_tokens([{"role": "user", "content": p}])
                for p in load_prompts("mtbench")[:args.limit]]
     names = list(models)
+    # every order of the Models in turn, so that each one runs after each other one equally often: on the
+    # H200 a Model ran ~2.5% faster in the rotation's place after `auto` (off2 / off 0.971-0.983 in nine
+    # runs of three Models rotated in one order)
+    orders = list(itertools.permutations(names))
     ms = dict.fromkeys(names, 0.0)
     tok = dict.fromkeys(names, 0)
     steps = [0] * 9
@@ -53,7 +68,7 @@ def main() -> int:
     i = 0
     for _ in range(args.passes):
         for p in prompts:
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in orders[i % len(orders)]:
                 m = models[name]
                 m.reset()
                 gen = dict(max_tokens=args.n, temperature=args.temp, seed=i)
@@ -70,7 +85,7 @@ def main() -> int:
     rate = {n: 1000.0 * tok[n] / ms[n] for n in names}
     res = {"tok_per_s": rate, "ratio_to_off": {n: rate[n] / rate["off"] for n in names},
            "auto_steps_per_draft_length": steps, "auto_steps_asleep": asleep,
-           "prompts": args.limit, "passes": args.passes, "n": args.n, "temp": args.temp}
+           "prompts": args.limit, "passes": args.passes, "n": args.n, "temp": args.temp, "create_order": order}
     for n in names:
         print(f"{n:9s} {rate[n]:8.2f} tok/s  {rate[n] / rate['off']:.3f}x of off")
     print(f"noise floor (off2 / off): {rate['off2'] / rate['off']:.3f}; auto: steps per draft length {steps}, "

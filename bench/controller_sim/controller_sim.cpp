@@ -141,7 +141,7 @@ class sim {
                 left   = m.prompt - 1;
                 mtp_ctx = m.prompt; // the prompt's MTP rows are caught up (a new generation)
                 prev_n = 0;
-                if (!plain_only && mtp_on(fixed_k)) {
+                if (!plain_only && mtp_on(fixed_k) && !c.asleep) { // asleep, the engine writes no MTP rows
                     pending += m.prefill_ms;
                 }
                 r.tokens += 1;
