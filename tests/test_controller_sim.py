@@ -88,6 +88,9 @@ def test_the_simulator_reports_the_machine_it_was_given(sim):
     # 1 draft (1.0) + T(2) = 12.7 * 1.08 + 2 * 0.3 + hidden 0.2 + catch-up 0.5 + 0.25 rows + caller 0.1
     step_ms = 1.0 + 12.7 * 1.08 + 0.6 + 0.2 + 0.5 + 0.25 * 1.917 + 0.1
     assert k1["tok_per_ms"] == pytest.approx(1.917 / step_ms, rel=0.02)
+    # every target decode stalling 5 ms more (spike_p=1): MTP off's step is 12.7 + 0.3 + 5 + caller 0.1
+    stalled = sim("27b-h100", "jitter=0", "tokens=2000", "spike_p=1", "spike_ms=5")["runs"]["off"]
+    assert stalled["tok_per_ms"] == pytest.approx(1.0 / (12.7 + 0.3 + 5.0 + 0.1), rel=0.01)
 
 
 # The H100 as the 2026-11-25 traces showed it: the first decode of each size builds its graph (27B: +10

@@ -31,7 +31,8 @@
 // acc_spread > 0 the text varies: every acc_seg steps the conditional rates are scaled by a new factor
 // drawn from [1 - acc_spread, 1 + acc_spread] (a real head's probes land on easier or harder text); with
 // ctx_loss > 0 a draft accepts less where the MTP KV holds few rows (after waking: it restarts empty).
-// Timings get multiplicative noise (jitter) from a seeded generator.
+// Timings get multiplicative noise (jitter) from a seeded generator, and a share spike_p of target decodes
+// stalls spike_ms more.
 //
 // Usage: controller_sim key=value ...  (see main() for the keys); prints one JSON object. trace=FILE
 // writes the controller's run one step per line, as PYMTP_ADAPTIVE_TRACE does in the engine.
@@ -64,6 +65,8 @@ struct machine {
     double              caller_ms   = 0.1;
     double              hidden_ms   = 0.2;
     double              jitter      = 0.03;
+    double              spike_p     = 0.0; // a share of target decodes that stall (the H100 trace at T=0.7: 0.8% of
+    double              spike_ms    = 0.0; //   plain decodes took 2x-15x their median, 2.5 ms more on average)
     std::vector<double> rates       = { 0.917, 0.837, 0.648, 0.538, 0.451, 0.348 };
     float               conf        = -1.0f; // the head's confidence reported with each draft (< 0: none)
     double              cold_ms     = 24.0;  // the first draft decodes of a new MTP context (and after waking)
@@ -201,7 +204,7 @@ class sim {
             c.drafted(kd);
             // verify
             const int32_t n = kd + 1;
-            double        t = noisy(m.plain_ms * m.V(n) + m.sample_ms * n) + (n != prev_n ? m.switch_ms : 0.0) +
+            double        t = noisy(m.plain_ms * m.V(n) + m.sample_ms * n) + spike() + (n != prev_n ? m.switch_ms : 0.0) +
                               (sizes_seen.insert(n).second ? m.new_size_ms : 0.0) +
                               (n == prev_n && sizes_repeated.insert(n).second ? m.capture_ms : 0.0) +
                               (c.asleep || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending();
@@ -277,6 +280,9 @@ class sim {
     static bool mtp_on(int32_t fixed_k) { return fixed_k != 0; }
 
     double noisy(double ms) { return ms * (1.0 + m.jitter * (2.0 * u(rng) - 1.0)); }
+
+    // a target decode that stalls now and then (spike_p of them, spike_ms more)
+    double spike() { return m.spike_p > 0.0 && u(rng) < m.spike_p ? m.spike_ms : 0.0; }
 
     // a catch-up decode of n rows: the host part now, the rest lands in the next timed part
     double write_rows(int32_t n) {
@@ -366,6 +372,8 @@ int main(int argc, char ** argv) {
             { "caller_ms", [&](const char * x) { m.caller_ms     = std::atof(x); } },
             { "hidden_ms", [&](const char * x) { m.hidden_ms     = std::atof(x); } },
             { "jitter", [&](const char * x) { m.jitter           = std::atof(x); } },
+            { "spike_p", [&](const char * x) { m.spike_p         = std::atof(x); } },
+            { "spike_ms", [&](const char * x) { m.spike_ms       = std::atof(x); } },
             { "acc_spread", [&](const char * x) { m.acc_spread   = std::atof(x); } },
             { "acc_seg", [&](const char * x) { m.acc_seg         = std::atoll(x); } },
             { "ctx_loss", [&](const char * x) { m.ctx_loss       = std::atof(x); } },

@@ -39,6 +39,13 @@ PRESETS = {
                      "switch_ms=1.2", "draft_ms=0.25", "row_ms=0.01", "catchup_ms=0.2", "hidden_ms=0.03",
                      "rates=0.62,0.38,0.25,0.18,0.13,0.09,0.06,0.04", "acc_spread=0.35", "acc_seg=150",
                      "prompt=192", "tokens=3072"],
+    # the same at T=0.7 as the H100 measured it on 2026-11-26 night (docs/results/adaptive-2026-11-26-night:
+    # stochastic drafts D 0.31-0.33, V(2) 1.25, acceptance 0.57 / 0.34; fixed k=1 0.91x, k=2 0.90x), with
+    # the stalls its trace showed (0.8% of plain decodes 2-15x their median, +2.5 ms on average)
+    "smol-v3-h100-t07": ["plain_ms=1.25", "v=1,1.25,1.35,1.4,1.45,1.5,1.55,1.6,1.65", "sample_ms=0.02",
+                         "switch_ms=1.2", "draft_ms=0.4", "row_ms=0.01", "catchup_ms=0.2", "hidden_ms=0.03",
+                         "rates=0.57,0.34,0.2,0.12,0.07", "acc_spread=0.35", "acc_seg=150", "prompt=192",
+                         "tokens=15360", "cold_ms=1.6", "wake_target_ms=3", "spike_p=0.008", "spike_ms=2.5"],
     "smol-cpu": ["gpu=0", "plain_ms=11", "v=1,1.7,2.3,2.9,3.5,4.1,4.7,5.3,5.9", "sample_ms=0.05", "switch_ms=2",
                  "draft_ms=3.6", "row_ms=0.3", "catchup_ms=1", "async_share=0", "hidden_ms=0.2", "cold_ms=5",
                  "rates=0.58,0.2,0.07,0.02", "tokens=4096"],
