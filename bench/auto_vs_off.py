@@ -39,8 +39,9 @@ def main() -> int:
     ap.add_argument("--head-only", action="store_true",
                     help="also run a Model with the head loaded and no MTP context (n_draft=0)")
     ap.add_argument("--create-order", default="off,off2,auto",
-                    help="the order in which the Models are created (default: off,off2,auto): on a GPU a Model's "
-                         "speed can depend on it, which the off/off2 floor shows")
+                    help="the order in which the Models are created (default: off,off2,auto), to check that a "
+                         "Model's speed does not depend on it (on an H200 it did not: creating auto first left "
+                         "off2/off at 0.983)")
     ap.add_argument("--json", default=None, help="also write the results to this file")
     args = ap.parse_args()
 
@@ -58,8 +59,8 @@ def main() -> int:
                for p in load_prompts("mtbench")[:args.limit]]
     names = list(models)
     # every order of the Models in turn, so that each one runs after each other one equally often: on the
-    # H200 a Model ran ~2.5% faster in the rotation's place after `auto` (off2 / off 0.971-0.983 in nine
-    # runs of three Models rotated in one order)
+    # H200 a Model ran ~2.5% faster in the rotation's place after `auto` (off2 / off 0.971-0.983 in twelve
+    # runs of three Models rotated in one order; 0.990-1.007 in five H100 runs with every order)
     orders = list(itertools.permutations(names))
     ms = dict.fromkeys(names, 0.0)
     tok = dict.fromkeys(names, 0)

@@ -31,7 +31,11 @@ mkdir -p "$OUT" .dev/ab/A .dev/ab/B /tmp/smol-parts
 export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
 for f in $AB_FILES; do
     # side A carried in .dev/ab/A (the device's copy of the tree may have no git history), else from git
-    [ -s ".dev/ab/A/$(basename "$f")" ] || git show "${AB_REV:-HEAD}:$f" > ".dev/ab/A/$(basename "$f")" || exit 1
+    if [ -s ".dev/ab/A/$(basename "$f")" ]; then
+        echo "side A's $(basename "$f"): carried in .dev/ab/A (AB_REV not used)" | tee -a "$OUT/ab-summary.txt"
+    else
+        git show "${AB_REV:-HEAD}:$f" > ".dev/ab/A/$(basename "$f")" || exit 1
+    fi
     cp "$f" ".dev/ab/B/$(basename "$f")" || exit 1
 done
 cp .dev/smol/smolxz.part* .dev/smol/smol.sha256 /tmp/smol-parts/ 2>/dev/null
