@@ -50,7 +50,8 @@ def main() -> int:
             "auto": lambda: Model(args.model, n_draft="auto", **kw)}
     if args.head_only:
         make["head-only"] = lambda: Model(args.model, n_draft=0, **kw)
-    order = args.create_order.split(",") + [n for n in make if n not in args.create_order.split(",")]
+    first = args.create_order.split(",")
+    order = first + [n for n in make if n not in first]
     if sorted(order) != sorted(make):
         ap.error(f"--create-order: expected a comma-separated order of {', '.join(make)}")
     created = {n: make[n]() for n in order}

@@ -38,14 +38,7 @@ for f in $AB_FILES; do
     fi
     cp "$f" ".dev/ab/B/$(basename "$f")" || exit 1
 done
-cp .dev/smol/smolxz.part* .dev/smol/smol.sha256 /tmp/smol-parts/ 2>/dev/null
-smol=$PYMTP_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ ! -f "$smol" ]; then
-    mkdir -p "$(dirname "$smol")"
-    cat /tmp/smol-parts/smolxz.part* | xz -dc > /tmp/smol.gguf || exit 1
-    echo "$(cat /tmp/smol-parts/smol.sha256)  /tmp/smol.gguf" | sha256sum -c - || exit 1
-    mv /tmp/smol.gguf "$smol"
-fi
+OUT=/tmp/ab-model STEP=model bash bench/device/run_adaptive.sh || exit 1   # stores the carried parts, assembles
 install() {   # put side $1's files in place and reinstall (the build call's flags: no reconfigure)
     local f t
     for f in $AB_FILES; do cp ".dev/ab/$1/$(basename "$f")" "$f"; done

@@ -101,8 +101,9 @@ wait)
         cp $W/log "$OUT/graft.log"; cp $W/*.json "$OUT/" 2>/dev/null; for f in $W/*.gguf; do [ "$f" = $W/$BASE.gguf ] || cp "$f" "$OUT/"; done
         ls -la "$OUT"
     else    # variants that have finished come back now (the machine may go back before the last one ends)
+        cp $W/log "$OUT/graft.log"
         for name in $(sed -n 's/^variant \([^:]*\): done.*/\1/p' $W/log); do
-            cp $W/log "$OUT/graft.log"; cp $W/$name.json $W/$name.gguf "$OUT/" 2>/dev/null
+            cp $W/$name.json $W/$name.gguf "$OUT/" 2>/dev/null
         done
     fi
     ;;

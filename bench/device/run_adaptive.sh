@@ -10,6 +10,7 @@
 #   call 1  carry [.dev/call1, .dev/smol/smol.part0]  STEP=build  pymtp CUDA build, installed (~7 min)
 #   call 2  carry [.dev/smol/smol.part1]              STEP=store
 #   call 3  carry [.dev/smol/smol.part2, .dev/smol/smol.sha256]  STEP=bench
+# STEP=model: only put the built-in model in place from the stored parts (ab_native.sh uses it).
 # STEP=bench: the built-in model (+ shipped head), MT-Bench first turns, MTP off vs k=1,2,3 vs auto,
 # T=0 and T=0.7; then the realistic qwen35 27B shape with the field's six per-position rates, fixed
 # k=1..6 vs auto. Results land in $OUT (bench-*.txt/json). Knobs: LIMIT (16), NPRED (256),
@@ -46,13 +47,12 @@ build)
     say "build rc=$rc"; tail -n 5 "$OUT/build.log"
     exit $rc
     ;;
-store)
-    ls -la /tmp/smol-parts; exit 0
-    ;;
 esac
 
+# the built-in model from the parts stored in /tmp/smol-parts, checked against its sha256 (once per machine)
 smol=$PYMTP_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [[ "${RUNS:-smol}" =~ smol|heads|parallel ]] && [ ! -f $smol ]; then
+assemble_smol() {
+    [ -f $smol ] && return 0
     if [ -f /tmp/smol-parts/smolxz.part0 ]; then   # two xz parts: one rides with the build call
         cat /tmp/smol-parts/smolxz.part* | xz -dc > /tmp/smol.gguf || exit 1
     else
@@ -60,7 +60,16 @@ if [[ "${RUNS:-smol}" =~ smol|heads|parallel ]] && [ ! -f $smol ]; then
     fi
     echo "$(cat /tmp/smol-parts/smol.sha256)  /tmp/smol.gguf" | sha256sum -c - || exit 1
     mv /tmp/smol.gguf $smol
-fi
+}
+case "${STEP:-bench}" in
+store)
+    ls -la /tmp/smol-parts; exit 0
+    ;;
+model)   # for other scripts (ab_native.sh): the model in place, nothing else
+    assemble_smol; exit 0
+    ;;
+esac
+[[ "${RUNS:-smol}" =~ smol|heads|parallel ]] && assemble_smol
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee "$OUT/commit.txt"
 m=/tmp/qwen35-27b.gguf

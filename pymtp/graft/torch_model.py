@@ -417,7 +417,6 @@ NEXTN_SUFFIXES = ("nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.wei
 
 INIT_CHOICES = ("mix", "h", "e")
 MASK_SUFFIX = "nextn.hnorm.mask"   # a parallel head's mask rows (native/models/parallel-draft.cpp)
-FEAT_SUFFIX = FEATURE_TENSOR_SUFFIX  # a feature head's fusion of h and trunk features (dense-mtp.cpp)
 
 
 class MTPHead(nn.Module):
@@ -518,7 +517,7 @@ class MTPHead(nn.Module):
         nx = {s: t[f"blk.{L}.{s}"] for s in NEXTN_SUFFIXES}
         return cls(hp, block, nx["nextn.eh_proj.weight"], nx["nextn.enorm.weight"],
                    nx["nextn.hnorm.weight"], nx["nextn.shared_head_norm.weight"], index=index,
-                   mask=t.get(f"blk.{L}.{MASK_SUFFIX}"), feat=t.get(f"blk.{L}.{FEAT_SUFFIX}"))
+                   mask=t.get(f"blk.{L}.{MASK_SUFFIX}"), feat=t.get(f"blk.{L}.{FEATURE_TENSOR_SUFFIX}"))
 
     def gguf_tensors(self) -> dict:
         """{gguf name: float32 numpy} of the head at block index n_layer + index."""
@@ -533,7 +532,7 @@ class MTPHead(nn.Module):
         if self.mask is not None:
             out[f"blk.{L}.{MASK_SUFFIX}"] = self.mask.detach().float().cpu().numpy()
         if self.feat is not None:
-            out[f"blk.{L}.{FEAT_SUFFIX}"] = self.feat.detach().float().cpu().numpy()
+            out[f"blk.{L}.{FEATURE_TENSOR_SUFFIX}"] = self.feat.detach().float().cpu().numpy()
         return out
 
     def project(self, emb: torch.Tensor, h_prev: torch.Tensor) -> torch.Tensor:
