@@ -604,6 +604,28 @@ def test_trimmed_head_is_lossless(grafted, tiny_llama, tmp_path):
     assert_head_drafts_losslessly(tiny_llama, trimmed, n_draft=3)
 
 
+@pytest.mark.parametrize("which", ["full", "trimmed"])
+def test_greedy_drafts_alike_on_the_backend_and_on_the_host(grafted, tiny_llama, tmp_path, monkeypatch, which):
+    """A greedy draft's argmax and confidence come from a backend sampler that, for a draft
+    vocabulary, works on the N scores and maps the argmax through d2t (the whole-vocabulary row is not
+    built). With every draft accepted at random (synthetic rates) the text is the drafts themselves,
+    so it must equal the text of the host's argmax over the whole row (PYMTP_DRAFT_ON_BACKEND=0)."""
+    import pymtp
+
+    head = grafted[0] if which == "full" else _trimmed(grafted, tiny_llama, tmp_path)[0]
+    outs = {}
+    for where in ("backend", "host"):
+        if where == "host":
+            monkeypatch.setenv("PYMTP_DRAFT_ON_BACKEND", "0")
+        with pymtp.Model(tiny_llama, mtp="on", mtp_head=head, n_draft=3, n_ctx=256, n_threads=1) as m:
+            m.set_synthetic_acceptance([0.9, 0.8, 0.7])
+            outs[where] = m.generate("The quick brown fox", max_tokens=48, seed=7)  # seeds the random acceptance
+    b, h = outs["backend"], outs["host"]
+    assert b.tokens == h.tokens
+    assert b.stats.n_accepted == h.stats.n_accepted > 10
+    assert b.stats.accepted_per_position == h.stats.accepted_per_position
+
+
 def joint_first_tokens(m, n: int, seed0: int, **extra):
     """(Counter of the first 3 tokens after "The quick brown" over n seeds at T=1, drafts accepted)."""
     from collections import Counter

@@ -4,6 +4,7 @@
 // advanced along the draft path only) on the MTP logits, then its top (chain) or a draw from it (stochastic). Drafting
 // never touches the target context or the caller's sampler.
 
+#include "draft-vocab.h"
 #include "mtp-engine.h"
 
 #include <algorithm>
@@ -25,37 +26,85 @@ float top_prob(const float * logits, int32_t n_vocab, float max_logit) {
     return (float) (1.0 / sum);
 }
 
-// A backend sampler that follows "greedy" in the draft chain: the softmax probability of the argmax
+// The greedy draft as a backend sampler: the argmax of the MTP logits and its softmax probability
 // (the head's confidence), computed where the logits are; only the token and this one float come
-// back to the host (not the logits row).
-void top_prob_apply(llama_sampler *, llama_token_data_array *) {} // on the host the engine computes it
-
-bool top_prob_backend_init(llama_sampler * smpl, ggml_backend_buffer_type_t, uint32_t n_outputs_max_per_seq) {
-    // the context's room for output rows of one sequence, for the engine (a parallel head's pass has K)
-    *(uint32_t *) smpl->ctx = n_outputs_max_per_seq;
-    return true; // soft_max and get_rows: every backend that runs the greedy argmax has them
+// back to the host (not the logits row). With a draft vocabulary both are taken over its N scores,
+// the argmax mapped through d2t: the same token (up to ties) and the same probability as over the
+// whole-vocabulary row, which then is never built (its other entries are -inf; dense-mtp.cpp leaves
+// the row uncomputed when no one reads it, and on a CPU building it cost ~0.6 ms of a ~1.7 ms step).
+void greedy_apply(llama_sampler *, llama_token_data_array * cur_p) { // on the host: the argmax
+    cur_p->selected = 0;
+    for (size_t i = 1; i < cur_p->size; ++i) {
+        if (cur_p->data[i].logit > cur_p->data[cur_p->selected].logit) {
+            cur_p->selected = (int64_t) i;
+        }
+    }
 }
 
-void top_prob_backend_apply(llama_sampler *, ggml_context * ctx, ggml_cgraph *, llama_sampler_data * data) {
-    if (data->sampled == nullptr || data->logits == nullptr) {
+bool greedy_backend_init(llama_sampler * smpl, ggml_backend_buffer_type_t, uint32_t n_outputs_max_per_seq) {
+    // the context's room for output rows of one sequence, for the engine (a parallel head's pass has K)
+    *(uint32_t *) smpl->ctx = n_outputs_max_per_seq;
+    return true; // argmax, soft_max and get_rows: every backend that runs upstream's greedy has them
+}
+
+// build_sampling's pad of the logits: rows appended to a matrix, nothing else (so the padded tensor
+// begins with the matrix's elements, in order)
+bool appends_rows(const ggml_tensor * t) {
+    if (t->op != GGML_OP_PAD || t->src[0]->ne[2] != 1 || t->src[0]->ne[3] != 1) {
+        return false;
+    }
+    for (int i = 0; i < 8; ++i) { // lp0 rp0 lp1 rp1 lp2 rp2 lp3 rp3
+        if (i != 3 && t->op_params[i] != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// The tensor the graph computes whose elements the sampler's row is: back through build_sampling's
+// view of the first row of the logits padded with a dummy row, and reshapes, while every step's
+// source is contiguous (so the row's elements are its source's first ones), to a tensor of exactly
+// the row's size; else the row. For a one-row decode the padded copy of the row then is not computed.
+ggml_tensor * row_source(ggml_tensor * row) {
+    ggml_tensor * t = row;
+    while ((t->op == GGML_OP_VIEW && t->view_offs == 0) || t->op == GGML_OP_RESHAPE || appends_rows(t)) {
+        if (!ggml_is_contiguous(t->src[0])) {
+            break;
+        }
+        t = t->src[0];
+    }
+    return ggml_nelements(t) == ggml_nelements(row) ? t : row;
+}
+
+void greedy_backend_apply(llama_sampler *, ggml_context * ctx, ggml_cgraph *, llama_sampler_data * data) {
+    if (data->logits == nullptr) {
         return;
     }
-    const int64_t n     = ggml_nelements(data->logits);
-    ggml_tensor * probs = ggml_soft_max(ctx, ggml_reshape_1d(ctx, data->logits, n));
-    data->probs         = ggml_get_rows(ctx, ggml_reshape_2d(ctx, probs, 1, n), data->sampled);
+    ggml_tensor * src    = row_source(data->logits);
+    ggml_tensor * scores = nullptr;
+    ggml_tensor * d2t    = nullptr;
+    if (!llama_mtp_draft_vocab_scores(ctx, src, &scores, &d2t)) {
+        scores = ggml_reshape_1d(ctx, src, ggml_nelements(src));
+        d2t    = nullptr;
+    }
+    const int64_t n     = ggml_nelements(scores);
+    ggml_tensor * top   = ggml_argmax(ctx, scores); // i32 [1], an index into scores
+    ggml_tensor * probs = ggml_soft_max(ctx, scores);
+    data->probs         = ggml_get_rows(ctx, ggml_reshape_2d(ctx, probs, 1, n), top);
+    data->sampled       = d2t ? ggml_get_rows(ctx, ggml_reshape_2d(ctx, d2t, 1, n), top) : top;
     data->logits        = nullptr;
 }
 
-llama_sampler_i top_prob_iface = {
-    /* .name              = */ [](const llama_sampler *) { return "mtp-top-prob"; },
+llama_sampler_i greedy_iface = {
+    /* .name              = */ [](const llama_sampler *) { return "mtp-greedy"; },
     /* .accept            = */ nullptr,
-    /* .apply             = */ top_prob_apply,
+    /* .apply             = */ greedy_apply,
     /* .reset             = */ nullptr,
     /* .clone             = */ nullptr,
     /* .free              = */ nullptr,
-    /* .backend_init      = */ top_prob_backend_init,
+    /* .backend_init      = */ greedy_backend_init,
     /* .backend_accept    = */ nullptr,
-    /* .backend_apply     = */ top_prob_backend_apply,
+    /* .backend_apply     = */ greedy_backend_apply,
     /* .backend_set_input = */ nullptr,
     /* .backend_reset     = */ nullptr,
     /* .copy_state        = */ nullptr,
@@ -161,6 +210,11 @@ int32_t llama_mtp::draft_parallel(llama_pos p0, llama_token tok0, const float * 
 }
 
 void llama_mtp::init_parallel() {
+    // tests (see draft_path): "0" the host's argmax everywhere, anything else the backend everywhere
+    if (const char * env = std::getenv("PYMTP_DRAFT_ON_BACKEND"); env != nullptr) {
+        backend_greedy_off = std::strcmp(env, "0") == 0;
+        par_on_backend     = !backend_greedy_off;
+    }
     n_par = 0;
     par_mask.clear();
     const llama_model * model = llama_get_model(ctx_mtp);
@@ -168,10 +222,9 @@ void llama_mtp::init_parallel() {
     if (n > 1) {
         par_mask.resize((size_t) (n - 1) * n_embd);
         if (llama_model_mtp_parallel(model, 0, par_mask.data()) == n) {
-            n_par          = n;
-            k_max          = std::min(k_max, n_par); // one decode, at most K drafts a step
-            ctrl.par       = n_par;
-            par_on_backend = std::getenv("PYMTP_DRAFT_ON_BACKEND") != nullptr; // tests (see draft_path)
+            n_par    = n;
+            k_max    = std::min(k_max, n_par); // one decode, at most K drafts a step
+            ctrl.par = n_par;
         }
     }
 }
@@ -237,7 +290,7 @@ int32_t llama_mtp::draft_multi(llama_pos p0, llama_token tok0, const float * h0,
 }
 
 // Greedy drafts need only the argmax of the MTP logits and its probability (the controller's
-// confidence): a backend sampler chain (greedy, then mtp-top-prob) on the MTP contexts computes both
+// confidence): a backend sampler (mtp-greedy, above) on the MTP contexts computes both
 // where the logits are (the GPU) and copies one token and one float back instead of a vocabulary of
 // logits. Attached while drafting greedily; detached when a draft needs the logits (chain/stochastic
 // modes take the request's chain on them, peeks return them). One chain per context (a chain is set up
@@ -262,8 +315,7 @@ void llama_mtp::set_backend_greedy(bool on) {
     backend_rows.assign(ctxs.size(), 0);
     for (size_t i = 0; i < ctxs.size(); ++i) {
         llama_sampler * s = llama_sampler_chain_init(llama_sampler_chain_default_params());
-        llama_sampler_chain_add(s, llama_sampler_init_greedy());
-        llama_sampler_chain_add(s, llama_sampler_init(&top_prob_iface, &backend_rows[i])); // not owned
+        llama_sampler_chain_add(s, llama_sampler_init(&greedy_iface, &backend_rows[i])); // not owned
         backend_samplers.push_back(s);
         ok = llama_set_sampler(ctxs[i], params.seq_id, s) && ok;
     }
@@ -285,7 +337,8 @@ llama_sampler * llama_mtp::draft_path(llama_sampler * smpl) {
     // A parallel head's pass too where the MTP context decodes on a GPU: the backend samples each of its
     // K output rows, one token and one float per row come back instead of K rows of logits. On a CPU its
     // K sampling subgraphs cost more than the host's argmax (2-core x86, SmolLM2, D_6 0.61 vs 0.56 of a
-    // plain step). PYMTP_DRAFT_ON_BACKEND=1 in the environment: on any backend (tests of that path on a CPU).
+    // plain step). PYMTP_DRAFT_ON_BACKEND=1 in the environment: on any backend (tests of that path on a CPU);
+    // PYMTP_DRAFT_ON_BACKEND=0: never (tests of the host's argmax).
     set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off &&
                        (n_par <= 1 || ctrl.graphs || par_on_backend));
     return path;

@@ -184,7 +184,7 @@ struct llama_mtp {
     int32_t                      n_par       = 0;
     std::vector<float>           par_mask; // its n_par - 1 mask rows (n_embd each)
     std::vector<float>           par_h;    // this step's input rows: h0, then h0 + mask_i
-    bool par_on_backend = false;           // PYMTP_DRAFT_ON_BACKEND: greedy passes sampled there on a CPU too
+    bool par_on_backend = false;           // PYMTP_DRAFT_ON_BACKEND=1: greedy passes sampled there on a CPU too
 
     // ---- adaptive draft length (mtp-adaptive.cpp) ----
     mtp::controller             ctrl;

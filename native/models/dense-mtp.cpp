@@ -33,7 +33,28 @@
 #include "models/models.h" // upstream src/ is on the llama target's include path
 
 #include <algorithm>
+#include <map>
 #include <vector>
+
+// whether an output row's sequence has no backend sampler: llama_context copies the logits back
+// only then (its needs_raw_logits), so only then must the graph compute them whatever the samplers use
+static bool dense_mtp_raw_logits_needed(const llama_ubatch &                            ubatch,
+                                        const std::map<llama_seq_id, llama_sampler *> & samplers) {
+    if (samplers.empty() || ubatch.output == nullptr) {
+        return true;
+    }
+    for (uint32_t i = 0; i < ubatch.n_tokens; ++i) {
+        if (!ubatch.output[i]) {
+            continue;
+        }
+        for (int32_t j = 0; j < ubatch.n_seq_id[i]; ++j) {
+            if (samplers.find(ubatch.seq_id[i][j]) == samplers.end()) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
 
 // the trunk layers whose input a feature head fuses with h, in order: a quarter and half of the depth
 // (the same rule as pymtp.graft.torch_model.feature_layers)
@@ -358,7 +379,14 @@ llm_build_dense_mtp<iswa>::llm_build_dense_mtp(const llama_model & model, const 
     cb(cur, "result_output", -1);
     res->t_logits = cur;
 
-    ggml_build_forward_expand(gf, cur);
+    if (dense_mtp_raw_logits_needed(ubatch, samplers)) {
+        ggml_build_forward_expand(gf, cur);
+    } else {
+        // every output row is sampled on the backend: the logits are not copied back, so only what
+        // the samplers take from them is computed (build_sampling adds them; the engine's greedy
+        // draft of a draft vocabulary takes only the N scores, not the scattered row)
+        ggml_build_forward_expand(gf, res->t_h_nextn);
+    }
 }
 
 template struct llm_build_dense_mtp<false>;

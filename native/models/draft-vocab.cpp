@@ -18,8 +18,9 @@
 
 namespace {
 
-constexpr const char * draft_suffix = ".draft"; // blk.L.nextn.shared_head_head.draft
-constexpr const char * d2t_suffix   = ".d2t";   // blk.L.nextn.embed_tokens.d2t
+constexpr const char * draft_suffix = ".draft";                  // blk.L.nextn.shared_head_head.draft
+constexpr const char * d2t_suffix   = ".d2t";                    // blk.L.nextn.embed_tokens.d2t
+constexpr const char * scatter_name = "mtp_draft_vocab_scatter"; // the set_rows of the scatter
 
 std::string head_name(llm_arch arch, int il) {
     return LLM_TN(arch)(LLM_TENSOR_NEXTN_SHARED_HEAD_HEAD, draft_suffix + 1, il).str();
@@ -223,5 +224,16 @@ ggml_tensor * llama_mtp_scatter_draft_vocab(ggml_context * ctx, const llama_mode
     ggml_tensor * rows =
         n_out == 1 ? ggml_reshape_2d(ctx, logits, 1, n_rows) : ggml_cont(ctx, ggml_transpose(ctx, logits));
     full = ggml_set_rows(ctx, full, rows, d2t);
+    ggml_set_name(full, scatter_name);
     return n_out == 1 ? ggml_reshape_2d(ctx, full, n_vocab, 1) : ggml_cont(ctx, ggml_transpose(ctx, full));
+}
+
+bool llama_mtp_draft_vocab_scores(ggml_context * ctx, ggml_tensor * logits, ggml_tensor ** scores, ggml_tensor ** d2t) {
+    if (logits->op != GGML_OP_SET_ROWS || std::strcmp(logits->name, scatter_name) != 0 || logits->ne[0] != 1) {
+        return false; // not a one-row scatter (a multi-row one is laid out [n_out, n_vocab])
+    }
+    ggml_tensor * rows = logits->src[0]; // [1, N], contiguous (set_rows' sources: rows, indices, destination)
+    *scores            = ggml_reshape_1d(ctx, rows, ggml_nelements(rows));
+    *d2t               = logits->src[1];
+    return true;
 }
