@@ -55,6 +55,11 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
         if (const char * trace = std::getenv("PYMTP_ADAPTIVE_TRACE"); trace != nullptr && *trace) {
             m->ctrl.trace = std::fopen(trace, "a"); // diagnosis (mtp-adaptive.h); NULL: not traced
         }
+        // tests (mtp-draft.cpp, draft_path): "0" the host's argmax everywhere, anything else the backend's
+        if (const char * env = std::getenv("PYMTP_DRAFT_ON_BACKEND"); env != nullptr) {
+            m->backend_greedy_off = std::strcmp(env, "0") == 0;
+            m->par_on_backend     = !m->backend_greedy_off;
+        }
         llama_mtp::hidden_output(ctx_tgt, true);
         llama_set_embeddings_nextn(ctx_mtp, true, /*masked*/ true);
         llama_set_nextn_layer_offset(ctx_mtp, 0);

@@ -29,9 +29,10 @@ float top_prob(const float * logits, int32_t n_vocab, float max_logit) {
 // The greedy draft as a backend sampler: the argmax of the MTP logits and its softmax probability
 // (the head's confidence), computed where the logits are; only the token and this one float come
 // back to the host (not the logits row). With a draft vocabulary both are taken over its N scores,
-// the argmax mapped through d2t: the same token (up to ties) and the same probability as over the
-// whole-vocabulary row, which then is never built (its other entries are -inf; dense-mtp.cpp leaves
-// the row uncomputed when no one reads it, and on a CPU building it cost ~0.6 ms of a ~1.7 ms step).
+// the argmax mapped through d2t: the same token (d2t is in token order, so a tie too goes to the
+// first) and the same probability as over the whole-vocabulary row, which then is never built (its other entries are
+// -inf; dense-mtp.cpp leaves the row uncomputed when no one reads it, and on a CPU building it cost ~0.6 ms of a ~1.7
+// ms step).
 void greedy_apply(llama_sampler *, llama_token_data_array * cur_p) { // on the host: the argmax
     cur_p->selected = 0;
     for (size_t i = 1; i < cur_p->size; ++i) {
@@ -210,11 +211,6 @@ int32_t llama_mtp::draft_parallel(llama_pos p0, llama_token tok0, const float * 
 }
 
 void llama_mtp::init_parallel() {
-    // tests (see draft_path): "0" the host's argmax everywhere, anything else the backend everywhere
-    if (const char * env = std::getenv("PYMTP_DRAFT_ON_BACKEND"); env != nullptr) {
-        backend_greedy_off = std::strcmp(env, "0") == 0;
-        par_on_backend     = !backend_greedy_off;
-    }
     n_par = 0;
     par_mask.clear();
     const llama_model * model = llama_get_model(ctx_mtp);

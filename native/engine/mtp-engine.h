@@ -176,7 +176,7 @@ struct llama_mtp {
     std::vector<float>           h_draft;          // the head's output state fed to its next draft step
     std::vector<llama_sampler *> backend_samplers; // greedy argmax on the backend, one per MTP context
     bool                         backend_greedy_on  = false;
-    bool                         backend_greedy_off = false; // not offloadable here: argmax on the host
+    bool                         backend_greedy_off = false; // not offloadable (or a test): host argmax
     std::vector<uint32_t>        backend_rows; // per MTP context: its outputs per sequence (told the backend sampler)
     float *                      peek_logits = nullptr; // llama_mtp_peek_draft: each step's MTP logits
     float                        draft_conf  = -1.0f;   // the head's confidence in the last draft (< 0: unknown)

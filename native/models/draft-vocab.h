@@ -53,9 +53,9 @@ ggml_tensor * llama_mtp_draft_vocab_logits(ggml_context * ctx, const llama_model
 ggml_tensor * llama_mtp_scatter_draft_vocab(ggml_context * ctx, const llama_model & model, int il,
                                             ggml_tensor * logits);
 
-// When `logits` is the result of a one-row scatter above (its set_rows, seen through no reshape),
-// sets *scores to the N scores [N] and *d2t to the block's d2t [N] and returns true: the argmax and
-// softmax of the N scores, the argmax mapped through d2t, equal those of the whole-vocabulary row
+// When `logits` is the set_rows of a one-row scatter above (what the engine's greedy sampler finds
+// behind the logits row it is given), sets *scores to the N scores [N] and *d2t to the block's d2t [N] and returns
+// true: the argmax and softmax of the N scores, the argmax mapped through d2t, equal those of the whole-vocabulary row
 // (its other entries are -inf) without building it. false for anything else (an untrimmed head,
 // several output rows).
 bool llama_mtp_draft_vocab_scores(ggml_context * ctx, ggml_tensor * logits, ggml_tensor ** scores, ggml_tensor ** d2t);
