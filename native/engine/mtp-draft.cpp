@@ -84,9 +84,8 @@ void greedy_backend_apply(llama_sampler *, ggml_context * ctx, ggml_cgraph *, ll
     ggml_tensor * src    = row_source(data->logits);
     ggml_tensor * scores = nullptr;
     ggml_tensor * d2t    = nullptr;
-    if (!llama_mtp_draft_vocab_scores(ctx, src, &scores, &d2t)) {
+    if (!llama_mtp_draft_vocab_scores(ctx, src, &scores, &d2t)) { // the row itself (d2t stays null)
         scores = ggml_reshape_1d(ctx, src, ggml_nelements(src));
-        d2t    = nullptr;
     }
     const int64_t n     = ggml_nelements(scores);
     ggml_tensor * top   = ggml_argmax(ctx, scores); // i32 [1], an index into scores
