@@ -49,6 +49,26 @@ PRESETS = {
     "smol-cpu": ["gpu=0", "plain_ms=11", "v=1,1.7,2.3,2.9,3.5,4.1,4.7,5.3,5.9", "sample_ms=0.05", "switch_ms=2",
                  "draft_ms=3.6", "row_ms=0.3", "catchup_ms=1", "async_share=0", "hidden_ms=0.2", "cold_ms=5",
                  "rates=0.58,0.2,0.07,0.02", "tokens=4096"],
+    # Gemma 3 270M (Q4_K_M, 262144-token vocabulary) on this 2-core CPU with an 8192-token draft vocabulary
+    # and patch 0028 (2026-11-27, docs/results/trimmed-greedy-2026-11-27/gemma): D 0.07, V(2) 1.25, V(3) 1.45,
+    # V(4) 1.8, the real head's acceptance simulated as in its bench (--synthetic-rates 0.51,0.30), eight
+    # 128-token answers: fixed k=1 ran 1.10-1.15x of MTP off, k=2 1.09-1.10x, auto 1.00-1.12x
+    "gemma-cpu": ["gpu=0", "plain_ms=25", "v=1,1.25,1.45,1.8,2.2,2.6,3.0,3.4,3.8", "sample_ms=0.1", "switch_ms=1",
+                  "draft_ms=1.8", "row_ms=0.3", "catchup_ms=0.5", "async_share=0", "hidden_ms=0.3", "cold_ms=4.3",
+                  "cold_n=1", "rates=0.51,0.30", "prompt=128", "tokens=1024", "jitter=0.06"],
+    # the same CPU with the head trained on an H200 (2026-11-27, docs/results/gemma-head-2026-11-27): the
+    # base model's own looping text, MT-Bench acceptance 0.86 / 0.76 / 0.69 / 0.64, verify costs from
+    # step_cost.py (steep from 4 rows); fixed k=3-4 ran 1.59-1.68x of MTP off, auto 1.48-1.58x
+    "gemma-h1-cpu": ["gpu=0", "plain_ms=24", "v=1,1.27,1.44,1.85,2.2,2.5,2.9,3.4,4.6", "sample_ms=0.1",
+                     "switch_ms=1", "draft_ms=1.6", "row_ms=0.3", "catchup_ms=0.5", "async_share=0",
+                     "hidden_ms=0.3", "cold_ms=4.3", "cold_n=1", "rates=0.87,0.76,0.67,0.61,0.55,0.5,0.46,0.42",
+                     "acc_spread=0.2", "acc_seg=100", "prompt=128", "tokens=1280", "jitter=0.06"],
+    # ... at T=0.7: stochastic drafts (the MTP logits on the host: D 0.14), acceptance 0.81 / 0.65 / 0.55 / 0.47;
+    # fixed k=2 ran 1.36-1.40x, auto 1.03x (asleep) and 1.11x (a k=8 start, then ~190 vetoed steps)
+    "gemma-h1-cpu-t07": ["gpu=0", "plain_ms=24", "v=1,1.27,1.44,1.85,2.2,2.5,2.9,3.4,4.6", "sample_ms=0.1",
+                         "switch_ms=1", "draft_ms=3.4", "row_ms=0.3", "catchup_ms=0.5", "async_share=0",
+                         "hidden_ms=0.3", "cold_ms=4.3", "cold_n=1", "rates=0.81,0.65,0.55,0.47,0.4,0.34",
+                         "acc_spread=0.2", "acc_seg=100", "prompt=128", "tokens=1280", "jitter=0.06"],
     "cpu-loses": ["gpu=0", "plain_ms=30", "v=1,1.8,2.6,3.4,4.2,5,5.8,6.6,7.4", "sample_ms=0.05", "switch_ms=1",
                   "draft_ms=3.5", "row_ms=1", "catchup_ms=1", "async_share=0", "hidden_ms=0.5"],
 }
