@@ -202,6 +202,7 @@ struct controller {
     bool    window_check       = false;        // the current window runs the policy that is behind
     double  window_tok         = 0.0;
     double  window_ms          = 0.0;
+    int32_t window_drafts      = 0; // steps of the current window that drafted
 
     // ---- the current step ----
     int32_t       mode            = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
