@@ -116,6 +116,27 @@ def test_drafting_is_vetoed_while_drafting_steps_are_measured_slower(auto_pair):
     on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)  # learn real costs again
 
 
+def test_free_windows_that_hardly_drafted_veto_nothing(auto_pair):
+    """Free windows measured slower than plain ones veto drafting only where they drafted: windows whose
+    steps the controller mostly decoded plainly (a probe or two) measured plain decoding, not drafting.
+    (The simulator's Gemma 3 270M CPU preset at T=0.7: such a window vetoed drafting until the MTP side slept,
+    0.99x of MTP off where k=2 ran 1.4x.)"""
+    on, off = auto_pair
+    prompt = PROMPTS[2]
+    ref = off.generate(prompt, max_tokens=96)
+    pin(on, *CHEAP)
+    lib, eng = on.rt.lib, on.rt.engine
+    lib.llama_mtp_set_realized_rates(eng, 1.0, 0.95)  # free windows a little slower than plain ones
+    lib.llama_mtp_set_realized_share(eng, 0.1)  # ... but they drafted in a tenth of their steps
+    free = on.generate(prompt, max_tokens=96)
+    lib.llama_mtp_set_realized_rates(eng, 1.0, 0.95)  # the same rates from windows that drafted throughout
+    vetoed = on.generate(prompt, max_tokens=96)
+    on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)
+    assert free.tokens == vetoed.tokens == ref.tokens
+    assert free.stats.adaptive["vetoed"] == 0 and free.stats.adaptive["plain_share"] < 0.2, free.stats.adaptive
+    assert vetoed.stats.adaptive["vetoed"] > 40 and vetoed.stats.adaptive["plain_share"] > 0.8, vetoed.stats.adaptive
+
+
 def test_no_plain_windows_where_drafting_clearly_wins(auto_pair):
     """Free windows measured 1.3x above the model's plain rate need no plain window to confirm them
     (on the 27B shape those windows cost ~100 plain steps of a short run); below that margin, plain

@@ -40,6 +40,9 @@ LLAMA_API void llama_mtp_pin_adaptive_target_costs(struct llama_mtp * mtp, const
 // where they run 1.3x above the plain rate (the model's, or the measured one if higher), no plain
 // window runs at all. A rate <= 0: that policy's windows are not measured yet.
 LLAMA_API void llama_mtp_set_realized_rates(struct llama_mtp * mtp, double plain_tok_per_ms, double draft_tok_per_ms);
+// The share of the free windows' steps that drafted (set_realized_rates makes it 1): below 0.25 the free
+// windows measured plain steps, not drafting, and veto nothing.
+LLAMA_API void llama_mtp_set_realized_share(struct llama_mtp * mtp, double share);
 
 #ifdef __cplusplus
 }

@@ -369,9 +369,17 @@ void llama_mtp_set_realized_rates(llama_mtp * m, double plain_tok_per_ms, double
         };
         m->ctrl.real_plain      = rate(plain_tok_per_ms);
         m->ctrl.real_draft      = rate(draft_tok_per_ms);
+        m->ctrl.real_share      = rate(draft_tok_per_ms > 0.0 ? 1.0 : 0.0); // windows that drafted every step
         m->ctrl.n_windows       = 0;
         m->ctrl.n_failed_checks = 0;
         m->ctrl.window_check    = false;
+        m->ctrl.next_window();
+    }
+}
+
+void llama_mtp_set_realized_share(llama_mtp * m, double share) {
+    if (m) {
+        m->ctrl.real_share = mtp::realized_rate{ share * 100.0, 100.0, 5.0 };
         m->ctrl.next_window();
     }
 }

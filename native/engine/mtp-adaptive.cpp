@@ -236,17 +236,15 @@ void controller::stepped(int32_t n_tok, double ms) {
     if (--window_left == 0) {
         // each policy's first window is cold (graphs built and captured for new sizes, costs and acceptance
         // not learned yet) and would weigh on its rate for many windows: it only opens the measurements
-        // A free window that drafted in fewer than half its steps measured the controller's plain steps, not
-        // drafting: it is no sample of drafting's rate. (The simulator with Gemma 3 270M's CPU costs at T=0.7:
-        // a first draft rejected, the next free window all plain steps and two probes, measured 0.96x of the
-        // plain one; the veto then held plain decoding until the MTP side slept, 0.99x of MTP off where k=2
-        // ran 1.4x. A real run ended asleep at 1.03x.)
-        int64_t &  seen    = window_plain ? n_plain_windows : n_free_windows;
-        const bool drafted = window_plain || 2 * window_drafts >= WINDOW;
-        if (seen++ > 0 && drafted) {
+        int64_t & seen = window_plain ? n_plain_windows : n_free_windows;
+        if (seen++ > 0) {
             // a check window (every CHECK-th, the policy behind) weighs more: one that finds the other
             // policy ahead again ends its lead without waiting for many more checks
-            (window_plain ? real_plain : real_draft).add(window_tok, window_ms, window_check ? CHECK_KEEP : WIN_KEEP);
+            const double keep = window_check ? CHECK_KEEP : WIN_KEEP;
+            (window_plain ? real_plain : real_draft).add(window_tok, window_ms, keep);
+            if (!window_plain) {
+                real_share.add(window_drafts, WINDOW, keep); // how much of the free windows drafted
+            }
         }
         window_tok = window_ms = 0.0;
         window_drafts          = 0;
