@@ -148,9 +148,9 @@ def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(
 
 def test_verify_batch_rows_equal_one_by_one_decodes_on_the_built_in_q4_1_model():
     """The built-in model itself (Q4_1 matrices through ggml's dot products, the Q8_0 output through
-    tinyBLAS): every row of a verify of 1 to 8 drafts rounds exactly like a one-token decode (patch 0028
-    tiles 3..16 columns of tinyBLAS's product in 3, 2 and 1 columns: each size tiles differently). (A 1-ulp
-    change in one product of a 2-row batch fails it.)"""
+    tinyBLAS): every row of a verify of 1 to 8 drafts rounds exactly like a one-token decode (tinyBLAS tiles
+    each size's columns differently: 3 in one pass by patch 0028, others in tiles of 2 and a remainder). (A
+    1-ulp change in one product of a 2-row batch fails it.)"""
     import gguf
 
     from pymtp import default_model

@@ -361,15 +361,16 @@ void llama_mtp_pin_adaptive_target_costs(llama_mtp * m, const double * target_ms
     }
 }
 
+// a measured ratio as if several windows had found it (tests); r <= 0: not measured yet
+static mtp::realized_rate measured(double r) {
+    return r > 0.0 ? mtp::realized_rate{ r * 100.0, 100.0, 5.0 } : mtp::realized_rate{};
+}
+
 void llama_mtp_set_realized_rates(llama_mtp * m, double plain_tok_per_ms, double draft_tok_per_ms) {
     if (m) {
-        // a rate <= 0: that policy's windows are not measured yet
-        auto rate = [](double r) {
-            return r > 0.0 ? mtp::realized_rate{ r * 100.0, 100.0, 5.0 } : mtp::realized_rate{};
-        };
-        m->ctrl.real_plain      = rate(plain_tok_per_ms);
-        m->ctrl.real_draft      = rate(draft_tok_per_ms);
-        m->ctrl.real_share      = rate(draft_tok_per_ms > 0.0 ? 1.0 : 0.0); // windows that drafted every step
+        m->ctrl.real_plain      = measured(plain_tok_per_ms);
+        m->ctrl.real_draft      = measured(draft_tok_per_ms);
+        m->ctrl.real_share      = measured(draft_tok_per_ms > 0.0 ? 1.0 : 0.0); // windows that drafted every step
         m->ctrl.n_windows       = 0;
         m->ctrl.n_failed_checks = 0;
         m->ctrl.window_check    = false;
@@ -379,7 +380,7 @@ void llama_mtp_set_realized_rates(llama_mtp * m, double plain_tok_per_ms, double
 
 void llama_mtp_set_realized_share(llama_mtp * m, double share) {
     if (m) {
-        m->ctrl.real_share = mtp::realized_rate{ share * 100.0, 100.0, 5.0 };
+        m->ctrl.real_share = measured(share);
         m->ctrl.next_window();
     }
 }

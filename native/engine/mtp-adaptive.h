@@ -50,7 +50,8 @@ struct running_mean {
     }
 };
 
-// Tokens per ms of a kind of step as measured end to end (exponentially decayed sums).
+// A ratio of two exponentially decayed sums over windows: tokens per ms of a kind of step as measured end
+// to end, or the share of a kind of window's steps that drafted.
 struct realized_rate {
     double tok = 0.0;
     double ms  = 0.0;
