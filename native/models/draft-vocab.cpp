@@ -217,9 +217,11 @@ ggml_tensor * llama_mtp_scatter_draft_vocab(ggml_context * ctx, const llama_mode
     if (n_out == 0) { // a decode without outputs (and the graph reserve for one)
         return ggml_reshape_2d(ctx, logits, n_vocab, 0);
     }
-    // [n_out, n_vocab] of -inf (arange only gives the shape; fill overwrites it)
+    // [n_out, n_vocab] of -inf (arange only gives the shape; fill overwrites it). Filled as one row: the
+    // CPU fills a tensor row by row, and n_vocab rows of n_out floats (one, for a draft) cost ~0.6 ms a
+    // draft on this 2-core x86 with Gemma 3's 262144 tokens, where one row of them is a memset
     ggml_tensor * full = ggml_arange(ctx, 0.0f, (float) (n_vocab * n_out), 1.0f);
-    full               = ggml_fill_inplace(ctx, ggml_reshape_2d(ctx, full, n_out, n_vocab), -INFINITY);
+    full               = ggml_reshape_2d(ctx, ggml_fill_inplace(ctx, full, -INFINITY), n_out, n_vocab);
     // rows of [n_out, N] are the draft vocabulary's scores; row i goes to token d2t[i]
     ggml_tensor * rows =
         n_out == 1 ? ggml_reshape_2d(ctx, logits, 1, n_rows) : ggml_cont(ctx, ggml_transpose(ctx, logits));
