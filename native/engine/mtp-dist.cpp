@@ -19,10 +19,18 @@ const char * mtp_chain_selector(llama_sampler * chain) {
     return nullptr;
 }
 
-void mtp_dist::from_chain(llama_sampler * chain, const float * logits, int32_t n_vocab) {
-    cand.resize(n_vocab);
-    for (int32_t i = 0; i < n_vocab; ++i) {
-        cand[i] = llama_token_data{ i, logits[i], 0.0f };
+void mtp_dist::from_chain(llama_sampler * chain, const float * logits, int32_t n_vocab, const int32_t * ids,
+                          int32_t n_ids) {
+    if (ids != nullptr) {
+        cand.resize(n_ids);
+        for (int32_t i = 0; i < n_ids; ++i) {
+            cand[i] = llama_token_data{ ids[i], logits[ids[i]], 0.0f };
+        }
+    } else {
+        cand.resize(n_vocab);
+        for (int32_t i = 0; i < n_vocab; ++i) {
+            cand[i] = llama_token_data{ i, logits[i], 0.0f };
+        }
     }
     llama_token_data_array arr = { cand.data(), cand.size(), -1, false };
 

@@ -16,8 +16,10 @@ struct mtp_dist {
     std::vector<llama_token_data> cand;            // surviving candidates, p normalised
     bool                          one_hot = false; // the chain selects greedily: all mass on the argmax
 
-    // fill from logits with the chain's samplers (no state change: apply only)
-    void from_chain(llama_sampler * chain, const float * logits, int32_t n_vocab);
+    // fill from logits with the chain's samplers (no state change: apply only); ids: only these n_ids
+    // tokens are candidates (the others' logits are -inf), else the whole vocabulary
+    void from_chain(llama_sampler * chain, const float * logits, int32_t n_vocab, const int32_t * ids = nullptr,
+                    int32_t n_ids = 0);
 
     float       prob(llama_token id) const; // 0 for a token that did not survive
     llama_token argmax() const;

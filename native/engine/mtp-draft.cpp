@@ -361,8 +361,13 @@ llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, i
         }
         return tok;
     }
+    // q is the request's chain over the tokens the head can draft: with a draft vocabulary its N scores,
+    // not the whole row (Gemma 3 270M, 262144 tokens: the chain's samplers over the row cost more than
+    // the draft decode itself on an H200). The tokens left out are -inf, so the usual samplers give the same q;
+    // and rejection sampling is exact for any q that the drafts are drawn from.
+    const std::vector<int32_t> & ids = draft_support(ctx, logits);
     q.emplace_back();
-    q.back().from_chain(path, logits, n_vocab);
+    q.back().from_chain(path, logits, n_vocab, ids.empty() ? nullptr : ids.data(), (int32_t) ids.size());
     const bool        sample = mode != LLAMA_MTP_DRAFT_CHAIN && !q.back().one_hot;
     const llama_token tok    = sample ? q.back().sample(rng) : q.back().argmax();
     if (tok == LLAMA_TOKEN_NULL) {
@@ -375,6 +380,25 @@ llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, i
     draft_conf = q.back().prob(q.back().argmax());
     llama_sampler_accept(path, tok);
     return tok;
+}
+
+const std::vector<int32_t> & llama_mtp::draft_support(const llama_context * ctx, const float * logits) {
+    for (const auto & s : support) {
+        if (s.first == ctx) {
+            return s.second;
+        }
+    }
+    std::vector<int32_t> ids;
+    for (int32_t v = 0; v < n_vocab; ++v) {
+        if (!(std::isinf(logits[v]) && logits[v] < 0.0f)) {
+            ids.push_back(v);
+        }
+    }
+    if (2 * (int64_t) ids.size() > n_vocab) {
+        ids.clear(); // an untrimmed head: the whole row
+    }
+    support.emplace_back(ctx, std::move(ids));
+    return support.back().second;
 }
 
 bool llama_mtp::take_draft(llama_token tok, int32_t i) {
