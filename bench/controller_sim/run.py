@@ -63,6 +63,15 @@ PRESETS = {
                      "switch_ms=1", "draft_ms=1.6", "row_ms=0.3", "catchup_ms=0.5", "async_share=0",
                      "hidden_ms=0.3", "cold_ms=4.3", "cold_n=1", "rates=0.87,0.76,0.67,0.61,0.55,0.5,0.46,0.42",
                      "acc_spread=0.2", "acc_seg=100", "prompt=128", "tokens=1280", "jitter=0.06"],
+    # the same head on an H200 (2026-11-27, docs/results/gemma-head-2026-11-27: fixed k=1..4 1.05x, 1.17x, 1.27x,
+    # 1.27x of MTP off, k=6 1.26x): a plain step 1.8 ms of launches, V(2..7) fitted to those runs (the first verify
+    # row is dear: the 262144-token output layer), a change of decode size ~3 ms (verifies of alternating sizes
+    # took 4-7 ms), drafts D 0.11-0.18; the default slept at 0.97x
+    "gemma-h1-h200": ["plain_ms=1.8", "v=1,1.47,1.78,2.0,2.34,2.6,2.9,3.2,3.5", "sample_ms=0.02", "switch_ms=3",
+                      "draft_ms=0.28", "row_ms=0.01", "catchup_ms=0.2", "hidden_ms=0.03", "cold_ms=6",
+                      "new_size_ms=3", "capture_ms=2", "wake_target_ms=2", "jitter=0.05",
+                      "rates=0.86,0.76,0.69,0.635,0.58,0.53,0.48,0.44", "acc_spread=0.2", "acc_seg=100", "prompt=128",
+                      "tokens=2048"],
     "cpu-loses": ["gpu=0", "plain_ms=30", "v=1,1.8,2.6,3.4,4.2,5,5.8,6.6,7.4", "sample_ms=0.05", "switch_ms=1",
                   "draft_ms=3.5", "row_ms=1", "catchup_ms=1", "async_share=0", "hidden_ms=0.5"],
 }

@@ -69,6 +69,42 @@ double controller::target_cost(int32_t n) const {
     return (n == 1 || !steady[0] ? t : std::max(t, t1)) / l + sampling.v * n;
 }
 
+double controller::steady_cost(int32_t n) const {
+    const int32_t l      = std::clamp(load, 1, LOADS);
+    const auto &  row    = target[l - 1];
+    const bool *  steady = steady_seen[l - 1];
+    if (n < 2 || n > K + 1 || !steady[0] || row[0].n < 1) {
+        return 0.0;
+    }
+    if (steady[n - 1]) {
+        return row[n - 1].v;
+    }
+    // a line through the steady verify sizes (two or more), else from the steady plain step to the one
+    // steady verify size, else the prior's slope from the plain step
+    const double t1 = row[0].v;
+    double       sx = 0.0, sy = 0.0, sxx = 0.0, sxy = 0.0;
+    int32_t      m = 0, only = 0;
+    for (int32_t j = 2; j <= K + 1; ++j) {
+        if (steady[j - 1] && row[j - 1].n >= 1) {
+            sx += j;
+            sy += row[j - 1].v;
+            sxx += (double) j * j;
+            sxy += j * row[j - 1].v;
+            m++;
+            only = j;
+        }
+    }
+    if (m >= 2) {
+        const double slope = std::max(0.0, (m * sxy - sx * sy) / std::max(1e-12, m * sxx - sx * sx));
+        return std::max(t1, (sy - slope * sx) / m + slope * n);
+    }
+    if (m == 1) {
+        const double y = row[only - 1].v;
+        return std::max(t1, y + std::max(0.0, (y - t1) / (only - 1)) * (n - only));
+    }
+    return t1 * (1.0 + PRIOR_DV * (n - 1));
+}
+
 double controller::draft_cost() const {
     return draft.n > 0 ? draft.v : PRIOR_D * plain_batch_cost();
 }
@@ -539,6 +575,18 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
         add(ms);
     } else if (!seen) {
         add(ms); // no steady decode of n yet: these stand in
+        // On a GPU, where the verify size changes every step no size runs steady, and S was measured only
+        // against steady samples: Gemma 3 270M on an H200, verifies of 2 and 3 rows alternating took 4-7
+        // ms against ~2-3 ms steady (the target's graph rebuilt), stood in for T(2) and T(3), S stayed
+        // at 0.07 ms, block mode never started and drafting looked 3x dearer than it is: plain decoding
+        // and sleep at 0.97x of MTP off where k=3 ran 1.27x. Such a decode is also a sample of S, against
+        // the steady cost extrapolated from the sizes that did run steady, where it exceeds that by more
+        // than a plain step: a dear first verify row (the simulated 27B shape with V(2) 1.45 where the prior
+        // says 1.15) is then not taken for a change's cost, which made S 3.7 ms where it was 0.
+        const double base = graphs ? steady_cost(n) : 0.0;
+        if (base > 0.0 && ms - base > target[load - 1][0].v) {
+            switching.add(ms - base);
+        }
     } else if (t.n >= 2) {
         switching.add(ms - t.v); // signed: noise averages out
         // less the change's cost, these follow drift too (a size may run steady only now and then: a

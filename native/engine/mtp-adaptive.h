@@ -323,6 +323,9 @@ struct controller {
 
     // estimated time per sequence of a target decode holding n tokens of this sequence (ms)
     double target_cost(int32_t n) const;
+    // the whole batch's time of a steady decode of n >= 2 tokens (at the current load) from steady samples
+    // alone: the size's own, else extrapolated from the other sizes that ran steady (0: no steady plain step)
+    double steady_cost(int32_t n) const;
     double draft_cost() const;
     // the draft decodes of a step drafting k: k, or one per par tokens with a parallel head
     double draft_time(int32_t k) const { return (par > 1 ? (k + par - 1) / par : k) * draft_cost(); }
