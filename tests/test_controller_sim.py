@@ -118,14 +118,17 @@ def test_gpu_graph_builds_and_captures_are_not_timed(sim, seed):
     assert auto["speedup"] >= 0.88 * best_fixed(res), (auto, best_fixed(res))
 
 
-@pytest.mark.parametrize("seed", [11, 13])
-def test_blocks_are_long_where_a_size_change_is_dear(sim, seed):
+def test_blocks_are_long_where_a_size_change_is_dear(sim):
     """Where a change of decode size costs 4-5 plain steps, 16-step blocks with an 8-step probe every 8th
     block spent ~7% on changes (0.89-0.90 of fixed k=2). Blocks are now long enough that their two
-    changes cost at most 5% of as many plain steps."""
-    res = sim("smol-h100", *SWITCHY_SMOL, f"seed={seed}")
-    best = max(r["speedup"] for name, r in res["runs"].items())
-    assert res["runs"]["auto"]["speedup"] >= 0.93 * best, (res["runs"]["auto"], best)
+    changes cost at most 5% of as many plain steps. Over eight seeds: one run's ratio moves by +-2% with
+    its seed (its answers' acceptance), which a bound on each seed took for a regression."""
+    auto, best = [], []
+    for seed in range(11, 19):
+        runs = sim("smol-h100", *SWITCHY_SMOL, f"seed={seed}")["runs"]
+        auto.append(runs["auto"]["speedup"])
+        best.append(max(r["speedup"] for r in runs.values()))
+    assert sum(auto) >= 0.93 * sum(best), (auto, best)
 
 
 @pytest.mark.parametrize("seed", [2, 28, 38])
@@ -139,3 +142,14 @@ def test_alternating_verify_sizes_start_block_mode(sim, seed):
     auto = res["runs"]["auto"]
     assert res["auto"]["blocky"], res["auto"]
     assert auto["speedup"] >= 0.9 * best_fixed(res), (auto, best_fixed(res))
+
+
+def test_cheap_returns_to_plain_do_not_drag_the_plain_cost_down(sim):
+    """A GPU replays the plain step's captured graph: a return to it costs ~1 ms where a change to a verify
+    size costs ~5, so S (their mean) is more than such a return costs. Less S, the plain decodes after a
+    drafting block became samples of ~0 ms (SmolLM2 on an H200: T(1) 1.03 -> 0.84 ms in two steps where
+    plain steps ran 1.2-1.3), plain looked cheap and the engine slept where k=2-3 ran 1.06x of MTP off.
+    Changed-size samples now join T(n) only where, less S, they stay near it."""
+    for seed in range(1, 9):
+        res = sim("smol-v3-h100", "switch_ms=5", "back_ms=1", f"seed={seed}")
+        assert res["auto"]["est_target_ms"][0] >= 0.9 * 1.25, (seed, res["auto"]["est_target_ms"])

@@ -58,6 +58,8 @@ struct machine {
     std::vector<double> v           = { 1.0, 1.08, 1.22, 1.44, 1.55, 1.74, 1.92, 2.09, 2.2 }; // V(1..9)
     double              sample_ms   = 0.3;
     double              switch_ms   = 5.0;
+    double              back_ms     = -1.0; // a change to a plain step costs this instead (< 0: switch_ms): a GPU
+                                            //   replays the plain step's captured graph (SmolLM2, H200: ~1 ms)
     double              draft_ms    = 1.0;
     double              row_ms      = 0.25;
     double              catchup_ms  = 0.5; // per catch-up decode, on top of its rows
@@ -204,7 +206,8 @@ class sim {
             c.drafted(kd);
             // verify
             const int32_t n = kd + 1;
-            double        t = noisy(m.plain_ms * m.V(n) + m.sample_ms * n) + spike() + (n != prev_n ? m.switch_ms : 0.0) +
+            const double  change = n == 1 && m.back_ms >= 0.0 ? m.back_ms : m.switch_ms;
+            double        t = noisy(m.plain_ms * m.V(n) + m.sample_ms * n) + spike() + (n != prev_n ? change : 0.0) +
                               (sizes_seen.insert(n).second ? m.new_size_ms : 0.0) +
                               (n == prev_n && sizes_repeated.insert(n).second ? m.capture_ms : 0.0) +
                               (c.asleep || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending();
@@ -365,6 +368,7 @@ int main(int argc, char ** argv) {
             { "v", [&](const char * x) { m.v                     = parse_list(x); } },
             { "sample_ms", [&](const char * x) { m.sample_ms     = std::atof(x); } },
             { "switch_ms", [&](const char * x) { m.switch_ms     = std::atof(x); } },
+            { "back_ms", [&](const char * x) { m.back_ms         = std::atof(x); } },
             { "draft_ms", [&](const char * x) { m.draft_ms       = std::atof(x); } },
             { "row_ms", [&](const char * x) { m.row_ms           = std::atof(x); } },
             { "catchup_ms", [&](const char * x) { m.catchup_ms   = std::atof(x); } },

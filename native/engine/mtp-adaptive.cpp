@@ -402,7 +402,7 @@ int32_t controller::plan_block(int32_t k_cap) {
         // k=2 sweep block had cost 8 steps at ~20% loss)
         int32_t      far       = -1;
         const double best_rate = rate_k(best_k);
-        for (int32_t d = 2; own_loop && best_k >= 1 && far < 0 && d <= k_cap; ++d) {
+        for (int32_t d = 2; own_loop && far < 0 && d <= k_cap; ++d) {
             for (const int32_t k : { best_k - d, best_k + d }) {
                 if (far < 0 && k >= 1 && k <= k_cap && !known(k) && rate_k(k) >= SWEEP * best_rate) {
                     far = k;
@@ -590,8 +590,17 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
     } else if (t.n >= 2) {
         switching.add(ms - t.v); // signed: noise averages out
         // less the change's cost, these follow drift too (a size may run steady only now and then: a
-        // machine under other load would otherwise keep its T(n) from a quieter time)
-        add(std::max(0.0, ms - std::max(0.0, switching.v)));
+        // machine under other load would otherwise keep its T(n) from a quieter time). Only where that
+        // leaves a decode cost near T(n): S is a mean over changes that cost far more or far less than it
+        // (a GPU: a change to an uncaptured size 4-7 ms, a return to the plain step's captured graph ~1
+        // ms, the decode after it nothing). SmolLM2 on an H200, S 4-5 ms: two plain decodes after a
+        // k=1 block (2.4 and 1.3 ms) became samples of 0 ms and took T(1) from 1.03 to 0.84 ms where
+        // plain steps ran 1.2-1.3; plain looked that much cheaper, the controller chose a plain block
+        // over k=1 and slept where k=2 and k=3 ran 1.06x of MTP off.
+        const double x = ms - std::max(0.0, switching.v);
+        if (x >= 0.5 * t.v && x <= 2.0 * t.v) {
+            add(x);
+        }
     } else if (!graphs) {
         // a single steady sample: this one replaces it (running_mean). Not on a GPU, where a changed-size
         // decode carries re-captured graphs (H100, SmolLM2: the first plain decode after the first drafts
