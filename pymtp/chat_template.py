@@ -24,6 +24,21 @@ CHATML_TEMPLATE = (
 )
 
 
+# Where ChatML stands in for a model's own template, nothing in the vocabulary ends a turn: a base model
+# (Gemma 3 270M) writes "<|im_end|>" as plain text and goes on with the next turns itself. A reply
+# stops at these.
+CHATML_STOPS = ("<|im_end|>", "<|im_start|>")
+
+
+def with_chat_stops(template: str | None, stop: list[str] | str | None = None) -> list[str] | None:
+    """``stop`` (a request's stop strings) plus what a reply rendered with ``template`` needs: ChatML's
+    turn markers where the model has no template (ChatML is used), nothing where it has its own (its
+    end-of-turn token ends the reply)."""
+    given = [stop] if isinstance(stop, str) else list(stop or [])
+    extra = [] if template else [s for s in CHATML_STOPS if s not in given]
+    return given + extra or None
+
+
 class ChatTemplateError(PymtpError):
     """The model's chat template failed to compile or raised while rendering."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import options
-from .chat_template import render_chat
+from .chat_template import render_chat, with_chat_stops
 from .engine.logprobs import TokenLogprob, check_n_top
 from .engine.loop import Completion, Generation
 from .engine.runtime import Runtime, RuntimeConfig
@@ -180,7 +180,9 @@ class Model:
         return gen if stream else gen.run_to_end()
 
     def chat(self, messages: list[dict], **kwargs):
-        """generate() on a conversation (list of {"role", "content"}) with the chat template."""
+        """generate() on a conversation (list of {"role", "content"}) with the chat template; a model
+        without a template of its own gets ChatML, and its reply stops at ChatML's turn markers."""
+        kwargs["stop"] = with_chat_stops(self.chat_template(), kwargs.get("stop"))
         return self.generate(self.chat_tokens(messages), **kwargs)
 
     def _start(self, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop,

@@ -57,6 +57,16 @@ def test_chatml_fallback_without_template(template):
     assert render_chat(template, USER_HI) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
+def test_chat_stops_only_where_chatml_stands_in():
+    from pymtp.chat_template import with_chat_stops
+
+    assert with_chat_stops(None) == ["<|im_end|>", "<|im_start|>"]
+    assert with_chat_stops("", "END") == ["END", "<|im_end|>", "<|im_start|>"]
+    assert with_chat_stops(None, ["<|im_end|>"]) == ["<|im_end|>", "<|im_start|>"]  # no repeats
+    assert with_chat_stops(SMOLLM2_TEMPLATE) is None
+    assert with_chat_stops(SMOLLM2_TEMPLATE, ["x"]) == ["x"]
+
+
 def test_no_generation_prompt():
     assert render_chat(None, USER_HI, add_generation_prompt=False) == "<|im_start|>user\nHi<|im_end|>\n"
 

@@ -369,6 +369,20 @@ def test_generate_chat_uses_template_and_special_tokens(model_file, fake_engine,
     assert model.calls[0]["prompt"] == [len(text)]
 
 
+def test_generate_chat_stops_at_chatml_turn_markers_without_a_template(model_file, tmp_path, fake_engine, capsys):
+    """A model without a template of its own gets ChatML, whose turn markers are plain text to it (a base
+    model writes the next turns itself): the reply stops at them, after the user's own stops. With its own
+    template, only the user's stops."""
+    bare = write_tiny_gguf(tmp_path / "bare.gguf", template=None)
+    assert main(["generate", str(bare), "-p", "Hi", "--chat", "--stop", "END"]) == 0
+    assert fake_engine.instances[0].tokenized[0][0] == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert fake_engine.instances[0].calls[0]["stop"] == ["END", "<|im_end|>", "<|im_start|>"]
+    assert main(["generate", str(model_file), "-p", "Hi", "--chat"]) == 0  # its own template (ChatML too)
+    assert fake_engine.instances[1].calls[0]["stop"] is None
+    assert main(["generate", str(bare), "-p", "Hi"]) == 0  # no chat: no turn markers
+    assert fake_engine.instances[2].calls[0]["stop"] is None
+
+
 def test_generate_chat_does_not_double_bos(tmp_path, fake_engine, capsys):
     path = write_tiny_gguf(tmp_path / "bos.gguf", template=BOS_FIRST_TEMPLATE)
     assert main(["generate", str(path), "-p", "Hi", "--chat"]) == 0
@@ -470,6 +484,12 @@ def test_chat_keeps_multi_turn_history(model_file, fake_engine, monkeypatch, cap
     assert captured.out == "Hi there\nFour\n"
     assert captured.err.count("STATS") == 2
     assert model.calls[0]["max_tokens"] == 512
+
+
+def test_chat_replies_stop_at_chatml_turn_markers(tmp_path, fake_engine, monkeypatch, capsys):
+    set_stdin(monkeypatch, "Hello\n")
+    assert main(["chat", str(write_tiny_gguf(tmp_path / "bare.gguf", template=None))]) == 0
+    assert fake_engine.instances[0].calls[0]["stop"] == ["<|im_end|>", "<|im_start|>"]
 
 
 def test_chat_reset_and_exit(model_file, fake_engine, monkeypatch, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pymtp.chat_template import with_chat_stops
 from pymtp.cli import common
 from pymtp.errors import ContextOverflowError, PymtpError
 
@@ -79,6 +80,7 @@ class Conversation:
 def reply_to(model, conversation: Conversation, user_text: str, kwargs: dict) -> None:
     """Generate and stream one reply, then record the turn. Ctrl-C cancels the reply."""
     tokens = model.chat_tokens(conversation.with_user(user_text))
+    kwargs = dict(kwargs, stop=with_chat_stops(model.chat_template(), kwargs.get("stop")))
     stream = model.generate(tokens, stream=True, **kwargs)
     try:
         for delta in stream:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from pymtp.chat_template import with_chat_stops
 from pymtp.cli import common
 from pymtp.errors import InvalidArgumentError
 
@@ -83,9 +84,10 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--logprobs goes with --json (the log-probabilities are part of the JSON output)")
     prompt = read_prompt(args.prompt)
     with common.load_model(args) as model:
+        kwargs = common.sampling_kwargs(args)
         if args.chat:
             prompt = model.chat_tokens([{"role": "user", "content": prompt}])
-        kwargs = common.sampling_kwargs(args)
+            kwargs["stop"] = with_chat_stops(model.chat_template(), kwargs.get("stop"))
         if args.logprobs is not None:
             kwargs["logprobs"] = args.logprobs
         interrupted = False
