@@ -36,9 +36,10 @@ LLAMA_API void llama_mtp_pin_adaptive_target_costs(struct llama_mtp * mtp, const
 
 // TESTS ONLY: what the controller has measured end to end, in tokens per ms, over windows of plain
 // steps and over windows where it drafted as it chose, and a new window chosen from them at once.
-// While pinned (above) nothing overwrites them. Drafting is vetoed while free windows run slower;
-// where they run 1.3x above the plain rate (the model's, or the measured one if higher), no plain
-// window runs at all. A rate <= 0: that policy's windows are not measured yet.
+// While pinned (above) nothing overwrites them. They stand for several windows of each policy (a veto
+// that rests on a single measured free window is checked by the next window). Drafting is vetoed while free windows run
+// slower; where they run 1.3x above the plain rate (the model's, or the measured one if higher), no plain window runs
+// at all. A rate <= 0: that policy's windows are not measured yet.
 LLAMA_API void llama_mtp_set_realized_rates(struct llama_mtp * mtp, double plain_tok_per_ms, double draft_tok_per_ms);
 // The share of the free windows' steps that drafted (set_realized_rates makes it 1): below 0.25 the free
 // windows measured plain steps, not drafting, and veto nothing.

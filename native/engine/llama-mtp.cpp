@@ -373,6 +373,9 @@ void llama_mtp_set_realized_rates(llama_mtp * m, double plain_tok_per_ms, double
         m->ctrl.real_share      = measured(draft_tok_per_ms > 0.0 ? 1.0 : 0.0); // windows that drafted every step
         m->ctrl.n_windows       = 0;
         m->ctrl.n_failed_checks = 0;
+        // rates as from several windows of each policy (a veto resting on one free window is checked at once)
+        m->ctrl.n_free_windows  = std::max<int64_t>(m->ctrl.n_free_windows, 4);
+        m->ctrl.n_plain_windows = std::max<int64_t>(m->ctrl.n_plain_windows, 4);
         m->ctrl.window_check    = false;
         m->ctrl.next_window();
     }
