@@ -365,7 +365,7 @@ llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, i
     // not the whole row (Gemma 3 270M, 262144 tokens: the chain's samplers over the row cost more than
     // the draft decode itself on an H200). The tokens left out are -inf, so the usual samplers give the same q;
     // and rejection sampling is exact for any q that the drafts are drawn from.
-    const std::vector<int32_t> & ids = draft_support(ctx, logits);
+    const draft_ids & ids = draft_support(ctx, logits);
     q.emplace_back();
     q.back().from_chain(path, logits, n_vocab, ids.empty() ? nullptr : ids.data(), (int32_t) ids.size());
     const bool        sample = mode != LLAMA_MTP_DRAFT_CHAIN && !q.back().one_hot;
@@ -382,13 +382,13 @@ llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, i
     return tok;
 }
 
-const std::vector<int32_t> & llama_mtp::draft_support(const llama_context * ctx, const float * logits) {
+const llama_mtp::draft_ids & llama_mtp::draft_support(const llama_context * ctx, const float * logits) {
     for (const auto & s : support) {
         if (s.first == ctx) {
             return s.second;
         }
     }
-    std::vector<int32_t> ids;
+    draft_ids ids;
     for (int32_t v = 0; v < n_vocab; ++v) {
         if (!(std::isinf(logits[v]) && logits[v] < 0.0f)) {
             ids.push_back(v);

@@ -180,13 +180,15 @@ struct llama_mtp {
     std::vector<uint32_t>        backend_rows; // per MTP context: its outputs per sequence (told the backend sampler)
     float *                      peek_logits = nullptr; // llama_mtp_peek_draft: each step's MTP logits
     float                        draft_conf  = -1.0f;   // the head's confidence in the last draft (< 0: unknown)
-    // per MTP context, the tokens its draft rows can hold (draft_support); empty: the whole vocabulary
-    std::vector<std::pair<const llama_context *, std::vector<int32_t>>> support;
     // parallel head (llama_model_mtp_parallel): one decode drafts up to n_par tokens; 0: one per decode
-    int32_t                                                             n_par = 0;
-    std::vector<float> par_mask;               // its n_par - 1 mask rows (n_embd each)
-    std::vector<float> par_h;                  // this step's input rows: h0, then h0 + mask_i
-    bool               par_on_backend = false; // PYMTP_DRAFT_ON_BACKEND=1: greedy passes sampled there on a CPU too
+    int32_t                      n_par       = 0;
+    std::vector<float>           par_mask; // its n_par - 1 mask rows (n_embd each)
+    std::vector<float>           par_h;    // this step's input rows: h0, then h0 + mask_i
+    bool par_on_backend = false;           // PYMTP_DRAFT_ON_BACKEND=1: greedy passes sampled there on a CPU too
+
+    // per MTP context, the tokens its draft rows can hold (draft_support); empty: the whole vocabulary
+    using draft_ids = std::vector<int32_t>;
+    std::vector<std::pair<const llama_context *, draft_ids>> support;
 
     // ---- adaptive draft length (mtp-adaptive.cpp) ----
     mtp::controller             ctrl;
@@ -274,15 +276,16 @@ struct llama_mtp {
     void            init_parallel(); // n_par and the mask rows of ctx_mtp's head 0
     llama_sampler * draft_path(llama_sampler * smpl);
     llama_token     choose_draft(llama_sampler * path, llama_context * ctx, int32_t row, int32_t i);
-    // The tokens that draft rows of ctx can hold, found from its first row: a head with a draft vocabulary
-    // scores N tokens and leaves -inf everywhere else. Empty: the whole vocabulary.
-    const std::vector<int32_t> & draft_support(const llama_context * ctx, const float * logits);
     // after choose_draft: ask the controller whether draft i stays and whether another follows
-    bool                         keep_draft(int32_t i, bool * more);
+    bool            keep_draft(int32_t i, bool * more);
     // draft i (from choose_draft) joins `drafts` when it exists and the controller keeps it; whether
     // drafting goes on (false: none left, cut, an end-of-generation token, or the next does not pay)
-    bool                         take_draft(llama_token tok, int32_t i);
-    void                         set_backend_greedy(bool on);
+    bool            take_draft(llama_token tok, int32_t i);
+    void            set_backend_greedy(bool on);
+
+    // The tokens that draft rows of ctx can hold, found from its first row: a head with a draft vocabulary
+    // scores N tokens and leaves -inf everywhere else. Empty: the whole vocabulary.
+    const draft_ids & draft_support(const llama_context * ctx, const float * logits);
 
     // -- verification (mtp-verify.cpp) --
     int32_t verify(llama_sampler * smpl, const std::vector<llama_token> & vt, int32_t k, llama_token * out,
