@@ -33,26 +33,17 @@ double controller::target_cost(int32_t n) const {
     // verify sizes (n >= 2) grow about linearly: a line through the measured ones, weighted by how often
     // each was measured (a steady size counts more); a plain step (n = 1) often sits below that line (a
     // mat-vec instead of a matmul)
-    double  sw = 0.0, sx = 0.0, sy = 0.0, sxx = 0.0, sxy = 0.0;
-    int32_t n_sizes = 0, only = 0;
+    line_fit fit;
     for (int32_t j = 2; j <= K + 1; ++j) {
         if (known(j)) {
-            const double w = (double) std::min<int64_t>(row[j - 1].n, 20) * (steady[j - 1] ? 4.0 : 1.0);
-            const double y = value(j);
-            sw += w;
-            sx += w * j;
-            sy += w * y;
-            sxx += w * j * j;
-            sxy += w * j * y;
-            n_sizes++;
-            only = j;
+            fit.add(j, value(j), (double) std::min<int64_t>(row[j - 1].n, 20) * (steady[j - 1] ? 4.0 : 1.0));
         }
     }
-    const double t1 = known(1) ? value(1) : 0.0;
-    double       t  = 0.0;
+    const int32_t n_sizes = fit.points, only = fit.last;
+    const double  t1 = known(1) ? value(1) : 0.0;
+    double        t  = 0.0;
     if (n >= 2 && n_sizes >= 2) {
-        const double slope = std::max(0.0, (sw * sxy - sx * sy) / std::max(1e-12, sw * sxx - sx * sx));
-        t                  = (sy - slope * sx) / sw + slope * n;
+        t = fit.at(n);
     } else if (n >= 2 && n_sizes == 1) {
         // from one verify size: the slope to a steady plain step, else the prior's
         const double y = value(only);
@@ -82,25 +73,18 @@ double controller::steady_cost(int32_t n) const {
     // a line through the steady verify sizes (two or more), else from the steady plain step to the one
     // steady verify size, else the prior's slope from the plain step
     const double t1 = row[0].v;
-    double       sx = 0.0, sy = 0.0, sxx = 0.0, sxy = 0.0;
-    int32_t      m = 0, only = 0;
+    line_fit     fit;
     for (int32_t j = 2; j <= K + 1; ++j) {
         if (steady[j - 1] && row[j - 1].n >= 1) {
-            sx += j;
-            sy += row[j - 1].v;
-            sxx += (double) j * j;
-            sxy += j * row[j - 1].v;
-            m++;
-            only = j;
+            fit.add(j, row[j - 1].v);
         }
     }
-    if (m >= 2) {
-        const double slope = std::max(0.0, (m * sxy - sx * sy) / std::max(1e-12, m * sxx - sx * sx));
-        return std::max(t1, (sy - slope * sx) / m + slope * n);
+    if (fit.points >= 2) {
+        return std::max(t1, fit.at(n));
     }
-    if (m == 1) {
-        const double y = row[only - 1].v;
-        return std::max(t1, y + std::max(0.0, (y - t1) / (only - 1)) * (n - only));
+    if (fit.points == 1) {
+        const double y = row[fit.last - 1].v;
+        return std::max(t1, y + std::max(0.0, (y - t1) / (fit.last - 1)) * (n - fit.last));
     }
     return t1 * (1.0 + PRIOR_DV * (n - 1));
 }

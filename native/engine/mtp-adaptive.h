@@ -50,6 +50,29 @@ struct running_mean {
     }
 };
 
+// A weighted least-squares line through points (n, y): verify costs by batch size. Its slope is at least 0.
+struct line_fit {
+    double  sw = 0.0, sx = 0.0, sy = 0.0, sxx = 0.0, sxy = 0.0;
+    int32_t points = 0;
+    int32_t last   = 0; // the n of the last point added
+
+    void add(int32_t n, double y, double w = 1.0) {
+        sw += w;
+        sx += w * n;
+        sy += w * y;
+        sxx += w * n * n;
+        sxy += w * n * y;
+        points++;
+        last = n;
+    }
+
+    // the line's value at n (two points or more)
+    double at(int32_t n) const {
+        const double slope = std::max(0.0, (sw * sxy - sx * sy) / std::max(1e-12, sw * sxx - sx * sx));
+        return (sy - slope * sx) / sw + slope * n;
+    }
+};
+
 // A ratio of two exponentially decayed sums over windows: tokens per ms of a kind of step as measured end
 // to end, or the share of a kind of window's steps that drafted.
 struct realized_rate {
