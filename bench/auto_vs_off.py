@@ -8,7 +8,7 @@ else runs in between (pymtp bench's fixed lengths leave work and decode sizes be
 next configuration inherits). Decode tok/s only (prefill excluded), as pymtp bench counts it.
 
     python bench/auto_vs_off.py [--limit 16] [--passes 2] [-n 192] [--temp 0.7] [--ngl 99] [--head-only]
-        [--create-order off,off2,auto] [MODEL]
+        [--fixed 2,3] [--create-order off,off2,auto] [MODEL]
 
 --head-only adds a fourth Model with the MTP head loaded but no MTP context (n_draft=0): what a
 loaded head costs by itself, with no MTP work at all.
@@ -38,6 +38,10 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: llama.cpp's)")
     ap.add_argument("--head-only", action="store_true",
                     help="also run a Model with the head loaded and no MTP context (n_draft=0)")
+    ap.add_argument("--fixed", default="", metavar="K,K,...",
+                    help="also run a Model drafting each fixed length K, in the same rotation (auto against the "
+                         "best fixed length, free of the drift between pymtp bench's configurations run one "
+                         "after another)")
     ap.add_argument("--create-order", default="off,off2,auto",
                     help="the order in which the Models are created (default: off,off2,auto), to check that a "
                          "Model's speed does not depend on it (on an H200 it did not: creating auto first left "
@@ -50,6 +54,14 @@ def main() -> int:
             "auto": lambda: Model(args.model, n_draft="auto", **kw)}
     if args.head_only:
         make["head-only"] = lambda: Model(args.model, n_draft=0, **kw)
+    try:
+        fixed = [int(k) for k in args.fixed.split(",") if k.strip()]
+    except ValueError:
+        ap.error(f"--fixed: expected comma-separated draft lengths, got {args.fixed!r}")
+    if any(k < 1 for k in fixed):
+        ap.error("--fixed: draft lengths are 1 or more")
+    for k in fixed:
+        make[f"k={k}"] = lambda k=k: Model(args.model, n_draft=k, **kw)
     first = args.create_order.split(",")
     order = first + [n for n in make if n not in first]
     if sorted(order) != sorted(make):
@@ -63,6 +75,10 @@ def main() -> int:
     # H200 a Model ran ~2.5% faster in the rotation's place after `auto` (off2 / off 0.971-0.983 in twelve
     # runs of three Models rotated in one order; 0.990-1.007 in five H100 runs with every order)
     orders = list(itertools.permutations(names))
+    if len(names) > 4:  # 120+ orders: the rotations of the Models' order and of its reverse (each Model in each
+        # place, after two others)
+        orders = [tuple(seq[(j + r) % len(seq)] for j in range(len(seq))) for seq in (names, names[::-1])
+                  for r in range(len(seq))]
     ms = dict.fromkeys(names, 0.0)
     tok = dict.fromkeys(names, 0)
     steps = [0] * 9
@@ -76,6 +92,8 @@ def main() -> int:
                 gen = dict(max_tokens=args.n, temperature=args.temp, seed=i)
                 if name == "auto":
                     gen.update(n_draft="auto", draft="auto")
+                elif name.startswith("k="):
+                    gen.update(n_draft=int(name[2:]), draft="auto")
                 s = m.generate(p, **gen).stats
                 ms[name] += s.generate_ms
                 tok[name] += s.n_generated
