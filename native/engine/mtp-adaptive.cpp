@@ -117,19 +117,6 @@ double controller::tokens(int32_t k) const {
     return e;
 }
 
-double controller::tokens_hopeful(int32_t k) const {
-    double e = 1.0;
-    double p = 1.0;
-    double a = PRIOR_A;
-    for (int32_t i = 0; i < k; ++i) {
-        const decayed_rate & r = acc_run[mode][std::min(i, K - 1)];
-        a                      = r.get(a, PRIOR_W);
-        p *= std::min(1.0, a + std::sqrt(a * (1.0 - a) / (r.n + PRIOR_W)));
-        e += p;
-    }
-    return e;
-}
-
 double controller::step_time(int32_t k) const {
     if (k <= 0) {
         return target_cost(1) + overhead.v;
@@ -202,13 +189,9 @@ int32_t controller::plan(int32_t k_cap) {
             probe_k = k;
         }
     }
-    best       = best_k > 0 ? best : plain_r;
-    rate       = best;
-    behind     = best_k > 0 ? 1.0 : lag(plain_r, probe);
-    behind_run = 1.0;
-    if (best_k == 0) {
-        set_behind_run(plain_r, k_cap, [&](int32_t k) { return step_time(k) + switch_cost(k + 1); });
-    }
+    best   = best_k > 0 ? best : plain_r;
+    rate   = best;
+    behind = best_k > 0 ? 1.0 : lag(plain_r, probe);
     if (best_k > 0) {
         plain_run              = 0;
         // drafting leads: re-time a plain step now and then, by the same rule as the probes below (the
@@ -380,13 +363,9 @@ int32_t controller::plan_block(int32_t k_cap) {
         }
         // the best drafting length must beat plain decoding by LEAD; where both ran as blocks (realized,
         // end to end) only by plain's awake surplus: the model's error is not in them (the H100, the
-        // built-in model at T=0: fixed k=2 ran 1.07x of MTP off, its modelled lead was 4%). On a GPU,
-        // not at all: near break-even a drafting block keeps the acceptance measured on the text as it
-        // changes, and a plain one lets it go stale (the simulated built-in model on the H100, text
-        // harder and easier in turn: +1.4% over 300 seeds; where drafting loses at every length, -0.3%)
-        const bool   both_ran = blk[0].n > 0.0 && blk[best_k].n > 0.0;
-        const double lead     = graphs ? 1.0 : both_ran ? 1.0 / (1.0 - AWAKE) : LEAD;
-        if (best_k == 0 || best <= lead * rate_now(0)) {
+        // built-in model at T=0: fixed k=2 ran 1.07x of MTP off, its modelled lead was 4%)
+        const bool both_ran = blk[0].n > 0.0 && blk[best_k].n > 0.0;
+        if (best_k == 0 || best <= (both_ran ? 1.0 / (1.0 - AWAKE) : LEAD) * rate_now(0)) {
             best   = rate_now(0);
             best_k = 0;
         }
@@ -396,11 +375,7 @@ int32_t controller::plan_block(int32_t k_cap) {
         for (int32_t k = 2; k <= k_cap; ++k) {
             best_draft_k = rate_k(k) > rate_k(best_draft_k) ? k : best_draft_k;
         }
-        behind     = best_k > 0 ? 1.0 : lag(rate_k(0), rate_k(best_draft_k));
-        behind_run = 1.0;
-        if (best_k == 0) {
-            set_behind_run(rate_k(0), k_cap, time_k);
-        }
+        behind                 = best_k > 0 ? 1.0 : lag(rate_k(0), rate_k(best_draft_k));
         // neighbours: an unmeasured one gets the next block, a short one (so the lengths around the
         // choice are soon measured and the choice climbs to the best in a few blocks), otherwise every
         // 8th block in turn k+1, k-1, plain (only where blocks are timed: the engine's own loop;
@@ -425,17 +400,13 @@ int32_t controller::plan_block(int32_t k_cap) {
                 }
             }
         }
-        // while plain leads, the every-8th try is the best drafting length (k=1 gains least where a
-        // verify's first row is dear: the H200, the built-in model, k=1 blocks ran 0.7-0.76 tokens/ms,
-        // k=2-4 0.75-0.83, plain 0.77-0.8)
         const int32_t turn  = (int32_t) (n_blocks / 8 % 3);
-        const int32_t alt   = best_k == 0 && !up_new && far < 0 ? (turn < 2 ? best_draft_k : -1) :
-                              up_new                            ? best_k + 1 :
-                              dn_new                            ? best_k - 1 :
-                              far >= 0                          ? far :
-                              turn == 0                         ? best_k + 1 :
-                              turn == 1                         ? best_k - 1 :
-                                                                  0;
+        const int32_t alt   = up_new    ? best_k + 1 :
+                              dn_new    ? best_k - 1 :
+                              far >= 0  ? far :
+                              turn == 0 ? best_k + 1 :
+                              turn == 1 ? best_k - 1 :
+                                          0;
         const bool    fresh = up_new || dn_new || far >= 0;
         n_blocks++;
         // the length this block tries instead of the choice, a probe half a block long (-1: none)
@@ -553,7 +524,6 @@ void controller::verified(int32_t k, int32_t n_acc) {
     for (int32_t i = 0; i < std::min(k, n_acc + 1) && i < K; ++i) {
         const bool ok = i < n_acc;
         acc[mode][i].add(ok, KEEP);
-        acc_run[mode][i].add(ok, 1.0);
         const float c = i < (int32_t) conf.size() ? conf[i] : -1.0f;
         if (c >= 0.0f) {
             cal[mode][i][std::clamp((int32_t) (c * BINS), 0, BINS - 1)].add(ok, KEEP);
@@ -700,7 +670,6 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
     n_failed_checks      = 0;
     quiet_run            = 0; // a new cost model: the quiet run towards sleeping restarts
     behind               = 1.0;
-    behind_run           = 1.0;
     pinned               = plain_ms > 0.0;
     if (!pinned) {
         return;

@@ -188,7 +188,6 @@ struct controller {
                              // backend re-captures its graph: ~2 slow decodes after each change)
     decayed_rate  acc[MODES][K];
     decayed_rate  cal[MODES][K][BINS];
-    decayed_rate  acc_run[MODES][K]; // the same over the whole run (not decayed): the sleep rule's
     // What the model cannot see (a GPU finishing one step's MTP catch-up during the next step, a catch-up
     // the deferral pushes onto the next drafting step, the caller's work per token) shows only in the
     // end-to-end rate of many steps. The engine's own loop times whole windows of WINDOW steps (so does a
@@ -216,7 +215,6 @@ struct controller {
     int64_t       quiet_run       = 0; // steps since the controller last chose to draft (probes: quiet)
     double  behind      = 1.0; // the last plan: plain decoding's long-run (asleep) rate over the best drafting length's
                                //   (1: drafting leads)
-    double  behind_run  = 1.0; //   the same with the whole run's acceptance, hopeful (see sleeps_now)
     int64_t sleep_len   = SLEEP_MIN;           // the next sleep's length
     bool    asleep      = false;               // the MTP side sleeps
     int64_t sleep_left  = 0;                   // steps until it wakes
@@ -283,14 +281,8 @@ struct controller {
             return false;
         }
         // never before the probe after waking has run (WAKE_PROBE equals QUIET_FAR: a plain window
-        // that held the probe back let the quiet run put the MTP side back to sleep unprobed). On a GPU,
-        // never while drafting would lead with the whole run's acceptance, hopeful: acceptance follows the
-        // text, and a stretch of hard text made plain decoding lead for a while and the MTP side sleep
-        // (H200, the built-in model at T=0: 1024-3072 of ~3000 steps asleep in 4 of 6 runs, 0.95-0.96x of
-        // MTP off, where fixed k=3 ran 1.12x over the same answers). There a probe costs a few steps
-        // and a sleep misses every easy stretch for a thousand; a CPU, where drafting is measured
-        // behind by far, sleeps as before.
-        return ++quiet_run >= quiet_limit() && k == 0 && wake_probe == 0 && !(graphs && behind_run < 1.0);
+        // that held the probe back let the quiet run put the MTP side back to sleep unprobed)
+        return ++quiet_run >= quiet_limit() && k == 0 && wake_probe == 0;
     }
     // the MTP side fell asleep, for sleep_len steps (the next sleep doubles, up to SLEEP_MAX)
     void fell_asleep() {
@@ -364,18 +356,6 @@ struct controller {
     double accept(int32_t i, float c) const;
     // expected tokens of a step drafting k (every draft kept), and that step's modelled time (ms)
     double tokens(int32_t k) const;
-    // the same with the whole run's acceptance, each position raised by one standard error (few drafts
-    // measured: much higher): what drafting might give where the recent text was harder than the rest
-    double tokens_hopeful(int32_t k) const;
-    // behind_run from plain's rate and each drafting length's time per step
-    template <typename F>
-    void set_behind_run(double plain_rate, int32_t k_cap, F time_of) {
-        double best = 0.0;
-        for (int32_t k = 1; k <= k_cap; ++k) {
-            best = std::max(best, tokens_hopeful(k) / std::max(time_of(k), 1e-12));
-        }
-        behind_run = lag(plain_rate, best);
-    }
     double step_time(int32_t k) const;
     // expected tokens per ms of drafting k (k = 0: plain decoding)
     double ratio(int32_t k, double extra_ms = 0.0) const; // extra_ms: a one-off cost of this step
