@@ -395,8 +395,7 @@ int32_t controller::plan_block(int32_t k_cap) {
         const double best_rate = rate_k(best_k);
         for (int32_t d = 2; own_loop && far < 0 && d <= k_cap; ++d) {
             for (const int32_t k : { best_k - d, best_k + d }) {
-                if (far < 0 && k >= 1 && k <= k_cap && !known(k) &&
-                    rate_k(k) >= (graphs ? GPU_SWEEP : SWEEP) * best_rate) {
+                if (far < 0 && k >= 1 && k <= k_cap && !known(k) && rate_k(k) >= SWEEP * best_rate) {
                     far = k;
                 }
             }

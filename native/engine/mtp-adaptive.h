@@ -130,10 +130,6 @@ struct controller {
     static constexpr double  BLOCK_SHARE = 0.05; //   a block's two changes of size: this share of its plain steps
     static constexpr double  SWEEP =
         0.85; // block mode: a length not yet run is tried where the model puts it this close
-    // on a GPU, only this close: there a length's first blocks build and capture its graphs (H200, the built-in
-    // model: steps of lengths run once or twice cost 1.2-1.6x their median, and the lengths a run swept or
-    // probed, 350 of its 1870 steps, ran at 0.49-0.80 tokens/ms where k=2 ran 0.82: ~5% of the run)
-    static constexpr double  GPU_SWEEP = 0.95;
     static constexpr int32_t BLK_SKIP  = 2;    // block mode: a block's first steps (a change of size) are not timed
     static constexpr double  BLK_KEEP  = 0.7;  // block mode: realized costs per length, ~3 recent blocks
     static constexpr double  FREE      = 0.05; // block mode when a size change costs more than this of a plain step
