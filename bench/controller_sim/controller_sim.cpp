@@ -15,6 +15,9 @@
 //   capture    the first decode of a size right after one of the same size (its first repeat) costs
 //              capture_ms more (ggml-cuda captures the size's CUDA graph then: the 27B shape on the H100,
 //              a 4-token verify 35.6 ms there against 19-21 ms warm; SmolLM2, 4.7 against ~1.6)
+//   recapture  each 256-cell step of the KV window (window) and each new generation change every graph's
+//              properties: each size's next decode, the draft's and each catch-up size's, costs recapture_ms
+//              more (patch 0018 re-captures at once)
 //   D          one draft decode
 //   W          the MTP catch-up after a step, per written row; async_share of it runs on the device after
 //              the step returned and lands in the next timed part (the next draft, or the next target decode)
@@ -83,6 +86,13 @@ struct machine {
     double              ctx_loss    = 0.0;   // acceptance x (1 - ctx_loss exp(-rows / ctx_tau)), rows: the MTP
     double              ctx_tau     = 45.0;  //   rows since its KV restarted (CPU, SmolLM2 v2 head: 0.24, 45)
     double              capture_ms  = 0.0;   // the first repeat of each size (CUDA graph captured)
+    // every graph's properties change when the KV window grows past a step of `window` cells and when a new
+    // generation starts with a short one: each size's (and the draft's and each catch-up size's) next decode
+    // re-captures its CUDA graph, recapture_ms more (patch 0018: one slow call per change; H200, SmolLM2:
+    // ~2-3 ms against 1.3-1.6 warm). A length run once in a while pays it again and again.
+    double              recapture_ms = 0.0;
+    int64_t             window       = 256;
+    int64_t             prompt_rows  = 64;   // prompt tokens before a generation's first token (the KV window)
     int32_t             gpu         = 1;     // a GPU (the controller is told so, as the engine tells it)
 
     double V(int32_t n) const {
@@ -137,6 +147,10 @@ class sim {
         catchup_sizes_seen.clear();
         sizes_seen.clear();
         sizes_repeated.clear();
+        warm_sizes.clear();
+        warm_catchups.clear();
+        warm_draft = false;
+        kv         = m.prompt_rows;
         seg_left   = 0;
         mtp_ctx    = m.prompt > 0 ? 0 : INT64_MAX / 2; // one generation: its context is all there
         acc_factor = 1.0;
@@ -145,6 +159,10 @@ class sim {
             if (m.prompt > 0 && left <= 0) { // a new generation: prefill, its first token from the prefill's logits
                 left   = m.prompt - 1;
                 mtp_ctx = m.prompt; // the prompt's MTP rows are caught up (a new generation)
+                warm_sizes.clear();
+                warm_catchups.clear();
+                warm_draft = false;
+                kv         = m.prompt_rows;
                 prev_n = 0;
                 if (!plain_only && mtp_on(fixed_k) && !c.asleep) { // asleep, the engine writes no MTP rows
                     pending += m.prefill_ms;
@@ -186,7 +204,8 @@ class sim {
             // drafting
             int32_t kd = 0;
             for (int32_t i = 0; i < k; ++i) {
-                double t = noisy(m.draft_ms) + take_pending();
+                double t = noisy(m.draft_ms) + take_pending() + (warm_draft ? 0.0 : m.recapture_ms);
+                warm_draft = true;
                 if (cold_left > 0) { // new graphs (the first drafts, and after waking)
                     cold_left--;
                     t += m.cold_ms;
@@ -210,7 +229,8 @@ class sim {
             double        t = noisy(m.plain_ms * m.V(n) + m.sample_ms * n) + spike() + (n != prev_n ? change : 0.0) +
                               (sizes_seen.insert(n).second ? m.new_size_ms : 0.0) +
                               (n == prev_n && sizes_repeated.insert(n).second ? m.capture_ms : 0.0) +
-                              (c.asleep || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending();
+                              (c.asleep || plain_only || !mtp_on(fixed_k) ? 0.0 : m.hidden_ms) + take_pending() +
+                              (warm_sizes.insert(n).second ? m.recapture_ms : 0.0);
             if (tcold_left > 0 && !plain_only && mtp_on(fixed_k)) { // a target graph new since the start or waking
                 tcold_left--;
                 t += m.wake_target_ms;
@@ -229,6 +249,12 @@ class sim {
             }
             const int32_t n_out = n_acc + 1;
             left -= n_out;
+            if (m.recapture_ms > 0.0 && (kv + n_out) / m.window != kv / m.window) { // the KV window grew a step
+                warm_sizes.clear();
+                warm_catchups.clear();
+                warm_draft = false;
+            }
+            kv += n_out;
             if (!c.asleep) {
                 mtp_ctx += n_out;
             }
@@ -251,6 +277,9 @@ class sim {
                     }
                     if (catchup_sizes_seen.insert(rows).second) { // a catch-up of a new size: its graph built
                         w += m.new_size_ms;
+                    }
+                    if (warm_catchups.insert(rows).second) {
+                        w += m.recapture_ms;
                     }
                     step_ms += w;
                     parts += w;
@@ -315,6 +344,10 @@ class sim {
     std::set<int32_t>                      catchup_sizes_seen;    // catch-up decode sizes met (new_size_ms)
     std::set<int32_t>                      sizes_seen;   // target decode sizes met so far (new_size_ms)
     std::set<int32_t>                      sizes_repeated; // sizes decoded twice in a row so far (capture_ms)
+    std::set<int32_t>                      warm_sizes;     // target sizes whose graph matches the window (recapture_ms)
+    std::set<int32_t>                      warm_catchups;  // the same for catch-up sizes
+    bool                                   warm_draft = false; // the draft's graph matches the window
+    int64_t                                kv = 0;             // the current generation's KV cells
 };
 
 std::vector<double> parse_list(const char * s) {
@@ -392,6 +425,9 @@ int main(int argc, char ** argv) {
             { "prefill_ms", [&](const char * x) { m.prefill_ms   = std::atof(x); } },
             { "new_size_ms", [&](const char * x) { m.new_size_ms = std::atof(x); } },
             { "capture_ms", [&](const char * x) { m.capture_ms   = std::atof(x); } },
+            { "recapture_ms", [&](const char * x) { m.recapture_ms = std::atof(x); } },
+            { "window", [&](const char * x) { m.window = std::max<int64_t>(1, std::atoll(x)); } },
+            { "prompt_rows", [&](const char * x) { m.prompt_rows = std::atoll(x); } },
             { "gpu", [&](const char * x) { m.gpu                 = std::atoi(x); } },
             { "tokens", [&](const char * x) { n_tokens           = std::atoll(x); } },
             { "cap", [&](const char * x) { cap                   = std::atoi(x); } },

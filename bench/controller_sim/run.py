@@ -46,6 +46,17 @@ PRESETS = {
                          "switch_ms=1.2", "draft_ms=0.4", "row_ms=0.01", "catchup_ms=0.2", "hidden_ms=0.03",
                          "rates=0.57,0.34,0.2,0.12,0.07", "acc_spread=0.35", "acc_seg=150", "prompt=192",
                          "tokens=15360", "cold_ms=1.6", "wake_target_ms=3", "spike_p=0.008", "spike_ms=2.5"],
+    # the built-in model with v3 on the H200/H100 as the 2026-11-27 traces measured it per draft length
+    # (docs/results/gpu-2026-11-27c: target decodes 1.28 ms plain, 1.51-1.80 for 2-8 rows and 3.7 for 9, one
+    # past the mat-vec path's 8 columns; drafts ~0.19 ms; catch-ups ~0.17; S ~1.4-1.9 ms), 24 answers of 192
+    # tokens, and every graph re-captured at each 256-cell step of the KV window and each new answer (patch
+    # 0018: one slow decode). Fixed k=3 1.09x of MTP off, k=2 1.07x, auto 0.94 of k=3 over 100 seeds: the
+    # device's gap (interleaved, auto 0.86-0.96 of fixed k=2), which the presets above miss
+    "smol-v3-h200": ["plain_ms=1.25", "sample_ms=0.02", "v=1,1.18,1.25,1.25,1.3,1.3,1.38,1.38,2.9", "draft_ms=0.19",
+                     "catchup_ms=0.17", "row_ms=0.005", "hidden_ms=0.03", "switch_ms=1.6", "back_ms=1",
+                     "caller_ms=0.04", "rates=0.62,0.38,0.25,0.18,0.13,0.09,0.06,0.04", "acc_spread=0.35",
+                     "acc_seg=150", "prompt=192", "tokens=4608", "new_size_ms=3", "capture_ms=2", "cold_ms=2",
+                     "wake_target_ms=2", "jitter=0.05", "recapture_ms=2.5"],
     "smol-cpu": ["gpu=0", "plain_ms=11", "v=1,1.7,2.3,2.9,3.5,4.1,4.7,5.3,5.9", "sample_ms=0.05", "switch_ms=2",
                  "draft_ms=3.6", "row_ms=0.3", "catchup_ms=1", "async_share=0", "hidden_ms=0.2", "cold_ms=5",
                  "rates=0.58,0.2,0.07,0.02", "tokens=4096"],
