@@ -166,5 +166,7 @@ def test_recaptures_make_lengths_run_now_and_then_dear(sim):
     with_ = runs()
     without = runs("recapture_ms=0")
     assert without["k=3"] > with_["k=3"] > 1.0, (with_, without)
-    gap = lambda r: r["auto"] / max(r["k=2"], r["k=3"])
+
+    def gap(r):
+        return r["auto"] / max(r["k=2"], r["k=3"])
     assert gap(with_) < gap(without), (with_, without)
