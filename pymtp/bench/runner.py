@@ -4,8 +4,8 @@ Configurations are MTP off (a Model loaded with mtp="off": no MTP layers, no
 hidden-state handoff) and MTP on with each draft length and draft mode, for each
 sampling setting (temperature, repeat penalty); n_draft="auto" runs on a Model of
 its own (Config.model_key). For every prompt all
-configurations run back to back, in an order rotated per prompt, so machine
-drift hits them all alike. Each MTP configuration's ratios are taken against the
+configurations run back to back, in an order that changes per prompt (balanced_orders), so
+machine drift hits them all alike. Each MTP configuration's ratios are taken against the
 MTP-off configuration of the same sampling setting, from these side-by-side runs.
 At T>0 every configuration of a prompt uses the same seed.
 """
@@ -174,6 +174,25 @@ class Aggregate:
         return d
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of 0..n-1 in which every item runs in every place equally often and right after every
+    other item equally often (a Williams design: n orders for an even n, 2n for an odd one). A machine
+    may run a configuration faster or slower after a given other one (on an H200 a Model ran ~2.5% faster
+    right after the adaptive one); a plain rotation puts each configuration after the same one every time,
+    so such an effect would land on one configuration's ratio."""
+    if n <= 1:
+        return [list(range(n))]
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + r) % n for x in first] for r in range(n)]
+    return rows if n % 2 == 0 else rows + [row[::-1] for row in rows]
+
+
 def run_interleaved(models: dict[str, object], configs: list[Config], prompts: list[list[int]],
                     gen_kwargs: dict, progress=None, seed: int = 0) -> list[Aggregate]:
     """models: {"on": Model, "off": Model} (or "on:<head policy>" per policy compared); prompts: token
@@ -183,11 +202,9 @@ def run_interleaved(models: dict[str, object], configs: list[Config], prompts: l
     configuration sets its own temperature, repeat penalty, draft mode and length.
     Prompt i is sampled with seed ``seed + i`` in every configuration."""
     aggs = [Aggregate(c) for c in configs]
+    orders = balanced_orders(len(configs))
     for i, prompt in enumerate(prompts):
-        order = list(range(len(configs)))
-        rot = i % len(order)
-        order = order[rot:] + order[:rot]
-        for j in order:
+        for j in orders[i % len(orders)]:
             c = configs[j]
             model = models[c.model_key]
             kw = dict(gen_kwargs, temperature=c.temperature, repeat_penalty=c.repeat_penalty, seed=seed + i)
