@@ -704,3 +704,40 @@ def test_pymtp_trim_counts_tokens_in_the_bases_own_answers(grafted, tiny_llama, 
     with np.load(counts) as z:
         assert z["train"].sum() + z["val"].sum() == 10 * 12 and z["val"].sum() == 12     # every 10th held out
     assert gguf.GGUFReader(str(out)).get_field("pymtp.graft.draft_vocab").contents() == 40
+
+
+# --------------------------------------------------------------------------- training data
+
+def test_replies_of_a_model_without_a_chat_template_end_at_chatml_turn_markers(tiny_llama, tmp_path):
+    """A base model gets ChatML, writes "<|im_end|>" as text and goes on with the next turns itself (Gemma
+    3 270M at T=0); Model.chat and `pymtp chat` stop there, so the graft data does too: a generated reply
+    ends before the token in which a marker begins (a marker spans several byte tokens here). A model
+    with its own template keeps the whole reply (its end-of-turn token ends it)."""
+    from pymtp.graft.data import GenConfig, cut_at_stops, generate_dataset, sample_plan
+    from pymtp.graft.tokenizer import Tokenizer
+
+    with Tokenizer(tiny_llama) as tok:
+        reply = "Sure, here it is.<|im_end|>\n<|im_start|>user\nAnd more?"
+        ids = tok.tokenize(reply, add_special=False, parse_special=False)
+        assert len(tok.tokenize("<|im_end|>", add_special=False, parse_special=False)) > 1
+        cut = cut_at_stops(ids, tok.piece, ["<|im_end|>", "<|im_start|>"])
+        assert tok.detokenize(cut) == "Sure, here it is."
+        assert cut_at_stops(ids, tok.piece, ["never there"]) == ids
+        assert cut_at_stops(ids, tok.piece, None) == ids
+
+        class Base:  # the torch model's generate(): every reply is the one above
+            device = "cpu"
+
+            def generate(self, prompts, n, temps, **kw):
+                return [list(ids) for _ in prompts]
+
+        cfg = GenConfig(samples=4, gen_tokens=len(ids))
+        prompts, plan = sample_plan(cfg)
+        chat = [i for i, (pi, _, _) in enumerate(plan) if isinstance(prompts[pi], list)]
+        assert chat, "the built-in prompt set holds chat prompts"
+        for template, want in ((None, "Sure, here it is."), ("{{ messages }}", reply)):
+            tok.chat_template = template
+            data = generate_dataset(Base(), tok, cfg, tmp_path / str(bool(template)), "sha", progress=False,
+                                    log=lambda *a: None)
+            for i in chat:
+                assert tok.detokenize(data.seq(i)[data.n_prompt[i]:]) == want

@@ -24,8 +24,9 @@ from pymtp.errors import PymtpError
 
 from .prompts import MAX_UNIQUE_PROMPTS, build_prompts, unique_prompts
 
-DATA_VERSION = 2          # bump when the prompt set or the generation recipe changes (2: role-play,
-                          # extraction, reasoning, essay and more math prompts; up to 60000 distinct)
+DATA_VERSION = 3          # bump when the prompt set or the generation recipe changes (2: role-play,
+                          # extraction, reasoning, essay and more math prompts; up to 60000 distinct;
+                          # 3: replies of a model without a chat template end at ChatML's turn markers)
 MIN_SEQ_TOKENS = 4
 
 
@@ -131,11 +132,36 @@ def sample_plan(cfg: GenConfig):
     return prompts, plan
 
 
+def cut_at_stops(tokens: list[int], piece, stops) -> list[int]:
+    """The tokens before the one in which the first stop string begins (all of them where none occurs).
+    piece(token) -> bytes. A stop string may span several tokens ("<|", "im", "_end", "|>")."""
+    if not stops or not tokens:
+        return list(tokens)
+    pieces = [piece(int(t)) for t in tokens]
+    text = b"".join(pieces)
+    hits = [i for i in (text.find(s.encode()) for s in stops) if i >= 0]
+    if not hits:
+        return list(tokens)
+    cut, end = min(hits), 0
+    for n, p in enumerate(pieces):
+        end += len(p)
+        if end > cut:  # this token holds the stop string's first byte
+            return list(tokens[:n])
+    return list(tokens)
+
+
 def generate_dataset(model, tokenizer, cfg: GenConfig, cache_dir, base_sha256: str, *,
                      gen_batch: int = 32, max_prompt_tokens: int = 512, progress: bool = True,
                      log=print) -> Dataset:
-    """Sample the base's own continuations of the built-in prompts (cached in shards)."""
+    """Sample the base's own continuations of the built-in prompts (cached in shards). A reply to a chat
+    prompt of a model without a chat template (ChatML stands in) ends where ChatML's turn markers begin, as
+    Model.chat and `pymtp chat` end it: a base model writes them as text and goes on with the next turns,
+    which no chat surface shows (Gemma 3 270M's greedy replies), so the head does not learn from them."""
     import torch
+
+    from pymtp.chat_template import with_chat_stops
+
+    chat_stops = with_chat_stops(tokenizer.chat_template)
 
     key = cfg.key(base_sha256)
     root = Path(cache_dir) / f"gen-{key}"
@@ -173,6 +199,8 @@ def generate_dataset(model, tokenizer, cfg: GenConfig, cache_dir, base_sha256: s
             g = torch.Generator(device=model.device).manual_seed(cfg.seed * 1_000_003 + s)
             outs = model.generate(ps, cfg.gen_tokens, [t for _, t, _ in rows], top_p=cfg.top_p,
                                   eog_ids=tokenizer.eog_ids, generator=g)
+            outs = [cut_at_stops(o, tokenizer.piece, chat_stops) if isinstance(prompts[pi], list) else o
+                    for o, (pi, _, _) in zip(outs, rows)]
             n_new_tokens += sum(len(o) for o in outs)
             seqs = [p + o for p, o in zip(ps, outs)]
             keep = [i for i, q in enumerate(seqs) if len(q) >= MIN_SEQ_TOKENS]
