@@ -39,9 +39,8 @@ def main() -> int:
     ap.add_argument("--head-only", action="store_true",
                     help="also run a Model with the head loaded and no MTP context (n_draft=0)")
     ap.add_argument("--fixed", default="", metavar="K,K,...",
-                    help="also run a Model drafting each fixed length K, in the same rotation (auto against the "
-                         "best fixed length, free of the drift between pymtp bench's configurations run one "
-                         "after another)")
+                    help="also run a Model drafting each fixed length K, in the same per-prompt orders (auto "
+                         "against the best fixed length, next to the noise floor)")
     ap.add_argument("--create-order", default="off,off2,auto",
                     help="the order in which the Models are created (default: off,off2,auto), to check that a "
                          "Model's speed does not depend on it (on an H200 it did not: creating auto first left "
