@@ -134,19 +134,19 @@ def sample_plan(cfg: GenConfig):
 
 def cut_at_stops(tokens: list[int], piece, stops) -> list[int]:
     """The tokens before the one in which the first stop string begins (all of them where none occurs).
-    piece(token) -> bytes. A stop string may span several tokens ("<|", "im", "_end", "|>")."""
-    if not stops or not tokens:
+    piece(token) -> bytes. A stop string may span several tokens ("<|", "im", "_end", "|>"); the match is
+    the generation loop's own (pymtp.engine.text.TextAssembler)."""
+    from pymtp.engine.text import TextAssembler
+
+    if not stops:
         return list(tokens)
-    pieces = [piece(int(t)) for t in tokens]
-    text = b"".join(pieces)
-    hits = [i for i in (text.find(s.encode()) for s in stops) if i >= 0]
-    if not hits:
-        return list(tokens)
-    cut, end = min(hits), 0
-    for n, p in enumerate(pieces):
-        end += len(p)
-        if end > cut:  # this token holds the stop string's first byte
-            return list(tokens[:n])
+    text = TextAssembler(stops)
+    ends = []  # the decoded text's length after each token
+    for t in tokens:
+        text.feed(piece(int(t)))
+        if text.stopped:  # the text now ends where the stop string began
+            return [t for t, end in zip(tokens, ends) if end <= len(text.text)]
+        ends.append(len(text.text))
     return list(tokens)
 
 
