@@ -30,7 +30,7 @@ class Model:
 
     mtp: "auto" uses the model's MTP layers when it has them, "on" requires
     them (error otherwise), "off" never loads them. n_draft: "auto" (the
-    default) lets the engine choose each step's draft length, 0..8, from what
+    default) lets the engine choose each step's draft length, 0..7, from what
     it measures pays on this machine and text (it falls back to plain decoding
     where drafting does not pay); a number 0..16 drafts that many every step. It is also the most
     a generate() call may ask for.

@@ -55,7 +55,7 @@ HEAD_POLICY_HELP = {
 
 MAX_DRAFT = 16                # the engine's cap on tokens drafted per step
 N_DRAFT_AUTO = "auto"         # the adaptive controller chooses 0..ADAPTIVE_MAX_DRAFT each step
-ADAPTIVE_MAX_DRAFT = 8        # llama_mtp_adaptive_default_max(): the most an "auto" step drafts
+ADAPTIVE_MAX_DRAFT = 7        # llama_mtp_adaptive_default_max(): the most an "auto" step drafts
 DEFAULT_N_DRAFT = N_DRAFT_AUTO
 FIXED_N_DRAFT = 3             # the fixed length the engine's C defaults use (llama_mtp_default_params)
 

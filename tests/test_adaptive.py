@@ -1,6 +1,6 @@
 """The adaptive draft controller (n_draft="auto", the default).
 
-Each step it drafts 0..8 tokens, what it expects to emit the most tokens per unit of time from a cost
+Each step it drafts 0..7 tokens, what it expects to emit the most tokens per unit of time from a cost
 model it learns (here pinned with a test hook, so that its choices depend on acceptance alone) and the
 acceptance it measures. Whatever it chooses, the output is the model's: greedy token-identical to MTP
 off while the controller switches between plain steps and drafts of several lengths mid-generation,
@@ -45,11 +45,11 @@ def steps_per_length(outs) -> list[int]:
 
 def test_auto_is_the_default_and_reports_what_it_did(auto_pair):
     on, _ = auto_pair
-    assert on.n_draft == "auto" and on.rt.draft_cap == 8
+    assert on.n_draft == "auto" and on.rt.draft_cap == 7
     pin(on, *BREAK_EVEN)
     out = on.generate(PROMPTS[0], max_tokens=MAX_TOKENS)
     a = out.stats.adaptive
-    assert a is not None and a["max_draft"] == min(8, on.rt.max_draft)
+    assert a is not None and a["max_draft"] == min(7, on.rt.max_draft)
     # every step after the first token is counted under the length it drafted
     assert sum(a["steps_per_draft_length"]) == out.stats.n_steps
     assert sum(k * n for k, n in enumerate(a["steps_per_draft_length"])) == out.stats.n_drafted
@@ -298,4 +298,4 @@ def test_bad_n_draft_is_a_clear_error(auto_pair):
     with pymtp.Model(on.path, n_ctx=128, n_threads=1, mtp="on", n_draft=2) as small:
         with pytest.raises(pymtp.InvalidArgumentError, match="drafts more than this Model's"):
             small.generate("hi", max_tokens=2, n_draft="auto")
-    assert L.lib().llama_mtp_adaptive_default_max() == 8
+    assert L.lib().llama_mtp_adaptive_default_max() == 7

@@ -383,7 +383,7 @@ void print_result(const char * name, const result & r, double plain_rate, bool c
 int main(int argc, char ** argv) {
     machine     m;
     int64_t     n_tokens = 1024;
-    int32_t     cap      = 8;
+    int32_t     cap      = 7; // auto drafts 0..cap (the engine's default: llama_mtp_adaptive_default_max)
     int32_t     max_k    = 8;
     uint32_t    seed     = 1;
     std::string trace;

@@ -207,7 +207,8 @@ LLAMA_API bool llama_mtp_verify_on_backend(const struct llama_mtp * mtp);
 // is given (llama_mtp_step, llama_mtp_draft) stays a cap. Learned estimates survive
 // llama_mtp_reset_stats and llama_mtp_clear; the counters of what it did reset with the stats.
 
-// The default maximum draft length of the adaptive controller (a user's "auto").
+// The default maximum draft length of the adaptive controller (a user's "auto"): 7, so that a verify
+// holds at most 8 rows.
 LLAMA_API int32_t llama_mtp_adaptive_default_max(void);
 
 // k_max > 0: the controller chooses each step's draft length in 0..k_max (clamped to

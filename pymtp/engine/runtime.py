@@ -30,7 +30,7 @@ class RuntimeConfig:
     n_gpu_layers: int = 0
     n_threads: int | None = None
     mtp: str = options.DEFAULT_MTP          # auto | on | off (options.MTP_MODES)
-    n_draft: int | str = options.DEFAULT_N_DRAFT  # "auto" (adaptive, 0..8 a step) or a fixed length 0..16
+    n_draft: int | str = options.DEFAULT_N_DRAFT  # "auto" (adaptive, 0..7 a step) or a fixed length 0..16
     # head-only GGUF or draft-vocabulary file; None: <model stem>.mtp.gguf if it applies; "": none
     mtp_head: str | None = None
     heads: str = options.DEFAULT_HEADS      # several MTP layers: per_layer | first | capped (HEAD_POLICIES)

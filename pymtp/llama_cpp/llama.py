@@ -84,7 +84,7 @@ class Llama(llama_cpp.Llama):
                 "off" (plain llama-cpp-python)
       mtp_head  a head-only GGUF with the MTP layer(s) (``pymtp graft``); None: ``<stem>.mtp.gguf``
                 next to a model that has none of its own
-      n_draft   "auto" (the engine drafts 0..8 a step, as many as pay) or a fixed 0..16
+      n_draft   "auto" (the engine drafts 0..7 a step, as many as pay) or a fixed 0..16
       draft     "auto", "greedy", "chain" or "stochastic" (pymtp.options.DRAFT_MODE_HELP)
       heads     several MTP layers: "per_layer", "first" or "capped"
 
