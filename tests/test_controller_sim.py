@@ -177,3 +177,14 @@ def test_recaptures_make_lengths_run_now_and_then_dear(sim):
         return r["auto"] / max(r["k=2"], r["k=3"])
     assert gap(with_) < gap(without), (with_, without)
 
+
+@pytest.mark.parametrize("seed", [2, 5, 7])
+def test_one_hard_stretch_does_not_sleep_through_the_easy_text_after_it(sim, seed):
+    """The built-in model's H200 costs, text of one difficulty but for 300 hard tokens (acceptance x0.6)
+    after the first 1000: plain decoding led through the hard stretch, the acceptance measured there stayed
+    the controller's estimate while nothing drafted, and the MTP side slept through the easy text after it
+    (1024-3072 steps; 0.91-0.95 of the best fixed length on these seeds). The recent acceptance is drawn
+    towards the long-run one as it goes stale (half after 128 steps without a verified draft)."""
+    res = sim("smol-v3-h200", "acc_spread=0", "hard_at=1000", "hard_tokens=300", "hard_factor=0.6", f"seed={seed}")
+    assert res["auto"]["dormant"] == 0, res["auto"]
+    assert res["runs"]["auto"]["speedup"] >= 0.95 * best_fixed(res), (res["runs"]["auto"], best_fixed(res))

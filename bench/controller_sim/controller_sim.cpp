@@ -33,7 +33,8 @@
 // Acceptance: synthetic per-position rates (unconditional, as `pymtp bench --synthetic-rates`); with
 // acc_spread > 0 the text varies: every acc_seg steps the conditional rates are scaled by a new factor
 // drawn from [1 - acc_spread, 1 + acc_spread] (a real head's probes land on easier or harder text); with
-// ctx_loss > 0 a draft accepts less where the MTP KV holds few rows (after waking: it restarts empty).
+// ctx_loss > 0 a draft accepts less where the MTP KV holds few rows (after waking: it restarts empty); with
+// hard_tokens > 0 a stretch of that many tokens from token hard_at on is hard text (rates x hard_factor).
 // Timings get multiplicative noise (jitter) from a seeded generator, and a share spike_p of target decodes
 // stalls spike_ms more.
 //
@@ -81,6 +82,9 @@ struct machine {
     double              new_size_ms = 0.0;   // the first decode of each size (graph built)
     double              acc_spread  = 0.0;   // text varies: each segment of acc_seg steps scales the rates
     int64_t             acc_seg     = 64;    //   by a factor drawn from [1 - acc_spread, 1 + acc_spread]
+    int64_t             hard_at     = 0;     // tokens hard_at .. hard_at + hard_tokens - 1 of a run are hard
+    int64_t             hard_tokens = 0;     //   text: the rates scaled by hard_factor (on top of acc_spread)
+    double              hard_factor = 1.0;
     double              wake_target_ms = 0.0; // the first wake_target_n target decodes at the start and after waking
     int32_t             wake_target_n  = 8;   //   cost this much more (the hidden-state output's graphs: H100, 2-4 ms)
     double              ctx_loss    = 0.0;   // acceptance x (1 - ctx_loss exp(-rows / ctx_tau)), rows: the MTP
@@ -244,7 +248,8 @@ class sim {
             // a draft attends over the MTP rows written since the MTP KV restarted (waking; a new generation
             // starts with its prompt's): fewer of them accept less (ctx_loss, ctx_tau)
             const double ctx_factor = 1.0 - m.ctx_loss * std::exp(-(double) mtp_ctx / std::max(1.0, m.ctx_tau));
-            while (n_acc < kd && u(rng) < std::min(0.99, ctx_factor * acc_factor * m.cond(n_acc))) {
+            const double hard = r.tokens >= m.hard_at && r.tokens < m.hard_at + m.hard_tokens ? m.hard_factor : 1.0;
+            while (n_acc < kd && u(rng) < std::min(0.99, hard * ctx_factor * acc_factor * m.cond(n_acc))) {
                 n_acc++;
             }
             const int32_t n_out = n_acc + 1;
@@ -413,6 +418,9 @@ int main(int argc, char ** argv) {
             { "spike_ms", [&](const char * x) { m.spike_ms       = std::atof(x); } },
             { "acc_spread", [&](const char * x) { m.acc_spread   = std::atof(x); } },
             { "acc_seg", [&](const char * x) { m.acc_seg         = std::atoll(x); } },
+            { "hard_at", [&](const char * x) { m.hard_at         = std::atoll(x); } },
+            { "hard_tokens", [&](const char * x) { m.hard_tokens = std::atoll(x); } },
+            { "hard_factor", [&](const char * x) { m.hard_factor = std::atof(x); } },
             { "ctx_loss", [&](const char * x) { m.ctx_loss       = std::atof(x); } },
             { "wake_target_ms", [&](const char * x) { m.wake_target_ms = std::atof(x); } },
             { "wake_target_n", [&](const char * x) { m.wake_target_n = std::atoi(x); } },

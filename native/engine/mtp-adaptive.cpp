@@ -97,9 +97,12 @@ double controller::accept(int32_t i, float c) const {
     i        = std::clamp(i, 0, K - 1);
     // a position seldom reached leans on the one before it (then on PRIOR_A)
     double a = PRIOR_A;
+    double l = PRIOR_A;
     for (int32_t j = 0; j <= i; ++j) {
         a = acc[mode][j].get(a, PRIOR_W);
+        l = acc_long[mode][j].get(l, PRIOR_W);
     }
+    a = recent_share * a + (1.0 - recent_share) * l;
     if (c < 0.0f) {
         return a;
     }
@@ -147,6 +150,7 @@ int32_t controller::plan(int32_t k_cap) {
     if (!on()) {
         return k_cap;
     }
+    aged();
     k_cap           = std::min(k_cap, k_max);
     step_cap        = k_cap;
     // nothing to draft, or the plain cost is not measured yet, or (several sequences) not measured steady at
@@ -520,10 +524,13 @@ void controller::verified(int32_t k, int32_t n_acc) {
     if (!on() || k <= 0) {
         return;
     }
+    stale        = 0;
+    recent_share = 1.0;
     // P(draft i accepted | drafts before it accepted) is observed for i <= n_acc
     for (int32_t i = 0; i < std::min(k, n_acc + 1) && i < K; ++i) {
         const bool ok = i < n_acc;
         acc[mode][i].add(ok, KEEP);
+        acc_long[mode][i].add(ok, KEEP_LONG);
         const float c = i < (int32_t) conf.size() ? conf[i] : -1.0f;
         if (c >= 0.0f) {
             cal[mode][i][std::clamp((int32_t) (c * BINS), 0, BINS - 1)].add(ok, KEEP);
