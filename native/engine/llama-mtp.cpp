@@ -67,6 +67,7 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
     }
     m->truncate_mtp_to(0);
     m->truncate_target_to(0);
+    m->warm_up();
     return m;
 }
 
@@ -386,6 +387,10 @@ void llama_mtp_set_realized_share(llama_mtp * m, double share) {
         m->ctrl.real_share = measured(share);
         m->ctrl.next_window();
     }
+}
+
+int32_t llama_mtp_warmed_sizes(const llama_mtp * m) {
+    return m ? m->n_warmed : 0;
 }
 
 int32_t llama_mtp_n_past(const llama_mtp * mtp) {

@@ -255,6 +255,14 @@ struct llama_mtp {
     // whether observed entries wait in the queue (the controller defers and the queue is not full)
     bool           defers() const { return ctrl.defer_catchup() && queue.size() < mtp::controller::QUEUE; }
 
+    // -- warm-up (mtp-warmup.cpp) --
+    // whether the engine warms up at init: on a GPU (PYMTP_WARMUP=1 anywhere, 0 never)
+    bool    warms_up() const;
+    // decode every verify and catch-up size twice and remove it all: graphs built and captured before
+    // the first step (the engine's state after it is the one before)
+    void    warm_up();
+    int32_t n_warmed = 0; // target decode sizes warmed up (1..n_warmed)
+
     // -- heads (mtp-heads.cpp) --
     bool           multi() const { return heads.size() > 1; }
     int32_t        n_heads() const { return ctx_mtp == nullptr ? 0 : multi() ? (int32_t) heads.size() : 1; }

@@ -239,6 +239,7 @@ _SIGNATURES = {
     "llama_mtp_pin_adaptive_target_costs": (None, [p_mtp, C.POINTER(C.c_double), C.c_int32, C.c_double]),  # tests only
     "llama_mtp_set_realized_rates": (None, [p_mtp, C.c_double, C.c_double]),  # tests only
     "llama_mtp_set_realized_share": (None, [p_mtp, C.c_double]),  # tests only
+    "llama_mtp_warmed_sizes": (C.c_int32, [p_mtp]),  # tests only
     "llama_mtp_n_past": (C.c_int32, [p_mtp]),
     "llama_mtp_has_draft": (C.c_bool, [p_mtp]),
     "llama_mtp_max_draft": (C.c_int32, [p_mtp]),

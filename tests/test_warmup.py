@@ -1,0 +1,45 @@
+"""The engine's warm-up (native/engine/mtp-warmup.cpp): on a GPU, before its first step, an engine decodes
+every verify size (1..8 target rows) and every MTP catch-up size twice, so that graphs are built and CUDA
+graphs captured before anything is timed, and removes all of it. PYMTP_WARMUP=1 runs it on this CPU:
+what it leaves behind must be exactly what an engine that never warmed up holds (empty KV on both
+contexts, stats at zero), so the text, the drafts and what was accepted are those of a cold engine."""
+
+from __future__ import annotations
+
+import ctypes as C
+
+import pytest
+
+import pymtp
+from gpu import NGL
+from pymtp._native import llama as L
+
+PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time"]
+
+
+def run(path, warm: str, monkeypatch, **kw):
+    monkeypatch.setenv("PYMTP_WARMUP", warm)
+    with pymtp.Model(path, n_ctx=256, n_batch=64, n_threads=1, n_gpu_layers=NGL, **kw) as m:
+        warmed = m.rt.lib.llama_mtp_warmed_sizes(m.rt.engine) if m.mtp_enabled else 0
+        k_max = m.rt.lib.llama_mtp_max_draft(m.rt.engine) if m.mtp_enabled else 0
+        stats0 = L.llama_mtp_stats()
+        if m.mtp_enabled:
+            m.rt.lib.llama_mtp_get_stats(m.rt.engine, C.byref(stats0))
+        outs = [m.generate(p, max_tokens=24) for p in PROMPTS]
+    return (warmed, k_max), stats0, outs
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen35", "step35"])
+def test_a_warmed_engine_drafts_and_accepts_as_a_cold_one(arch, tiny_model_path, monkeypatch):
+    path = tiny_model_path(arch)
+    _, _, ref = run(path, "0", monkeypatch, mtp="off")
+    cold_sizes, _, cold = run(path, "0", monkeypatch, mtp="on", n_draft=3)
+    warm_sizes, stats0, warm = run(path, "1", monkeypatch, mtp="on", n_draft=3)
+    # 1..k+1 rows for k up to 7 (a recurrent target's drafts are bounded by its rollback snapshots)
+    assert cold_sizes[0] == 0 and warm_sizes[0] == min(7, warm_sizes[1]) + 1 >= 4, (cold_sizes, warm_sizes)
+    assert stats0.n_prompt == 0 and stats0.n_drafted == 0, stats0  # the warm-up left nothing counted
+    for r, c, w in zip(ref, cold, warm):
+        assert w.tokens == c.tokens == r.tokens
+        # the MTP KV held nothing of the warm-up: the head drafted exactly what it drafted cold
+        assert (w.stats.n_drafted, w.stats.n_accepted) == (c.stats.n_drafted, c.stats.n_accepted)
+    assert sum(c.stats.n_accepted for c in cold) > 0  # the planted heads' drafts were accepted
