@@ -1,8 +1,9 @@
 """The engine's warm-up (native/engine/mtp-warmup.cpp): on a GPU, before its first step, an engine decodes
-every verify size (1..8 target rows) and every MTP catch-up size twice, so that graphs are built and CUDA
-graphs captured before anything is timed, and removes all of it. PYMTP_WARMUP=1 runs it on this CPU:
-what it leaves behind must be exactly what an engine that never warmed up holds (empty KV on both
-contexts, stats at zero), so the text, the drafts and what was accepted are those of a cold engine."""
+every verify size (1..k+1 target rows, k its n_draft up to 7) and every MTP catch-up size twice, so that
+graphs are built and CUDA graphs captured before anything is timed, and removes all of it. PYMTP_WARMUP=1
+runs it on this CPU: what it leaves behind must be exactly what an engine that never warmed up holds (empty
+KV on both contexts, stats at zero), so the text, the drafts and what was accepted are those of a cold
+engine."""
 
 from __future__ import annotations
 
@@ -33,13 +34,31 @@ def run(path, warm: str, monkeypatch, **kw):
 def test_a_warmed_engine_drafts_and_accepts_as_a_cold_one(arch, tiny_model_path, monkeypatch):
     path = tiny_model_path(arch)
     _, _, ref = run(path, "0", monkeypatch, mtp="off")
-    cold_sizes, _, cold = run(path, "0", monkeypatch, mtp="on", n_draft=3)
-    warm_sizes, stats0, warm = run(path, "1", monkeypatch, mtp="on", n_draft=3)
-    # 1..k+1 rows for k up to 7 (a recurrent target's drafts are bounded by its rollback snapshots)
-    assert cold_sizes[0] == 0 and warm_sizes[0] == min(7, warm_sizes[1]) + 1 >= 4, (cold_sizes, warm_sizes)
+    cold_sizes, _, cold = run(path, "0", monkeypatch, mtp="on", n_draft=5)
+    warm_sizes, stats0, warm = run(path, "1", monkeypatch, mtp="on", n_draft=5)
+    # 1..k+1 rows for the engine's k (its n_draft, up to 7; a recurrent target's drafts are bounded by its
+    # rollback snapshots): llama-server sizes a context's outputs per sequence for no more
+    assert cold_sizes[0] == 0 and warm_sizes[0] == min(5, warm_sizes[1]) + 1 >= 4, (cold_sizes, warm_sizes)
     assert stats0.n_prompt == 0 and stats0.n_drafted == 0, stats0  # the warm-up left nothing counted
     for r, c, w in zip(ref, cold, warm):
         assert w.tokens == c.tokens == r.tokens
         # the MTP KV held nothing of the warm-up: the head drafted exactly what it drafted cold
         assert (w.stats.n_drafted, w.stats.n_accepted) == (c.stats.n_drafted, c.stats.n_accepted)
     assert sum(c.stats.n_accepted for c in cold) > 0  # the planted heads' drafts were accepted
+
+
+def test_llama_server_slots_warm_up_and_answer_as_without_mtp(models, monkeypatch, tmp_path):
+    """llama-server's slots are engines too. Warmed up, a slot decodes at most its n_draft + 1 rows, the
+    outputs per sequence the server sized its context for (a warm-up of 8 rows with --mtp-n-draft 3 aborted
+    the server in llama_context::output_reserve), and the text is that of MTP off."""
+    from server_harness import PROMPTS, Server, completion_text
+
+    off = Server(models["glm4moe"], tmp_path / "off.log", mtp="off")
+    monkeypatch.setenv("PYMTP_WARMUP", "1")
+    on = Server(models["glm4moe"], tmp_path / "on.log", mtp="on", parallel=2)
+    try:
+        for p in PROMPTS:
+            assert completion_text(on, p, stream=False)[0] == completion_text(off, p, stream=False)[0]
+    finally:
+        on.stop()
+        off.stop()

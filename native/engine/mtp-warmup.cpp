@@ -30,8 +30,11 @@ void llama_mtp::warm_up() {
     if (ctx_mtp == nullptr || !warms_up()) {
         return;
     }
-    const int32_t n_max = std::min({ k_max, llama_mtp_adaptive_default_max(), n_ctx - 1, n_batch - 1 }) + 1;
-    llama_token   tok   = llama_vocab_bos(vocab);
+    // the sizes this engine verifies: at most its n_draft + 1 rows (llama-server sizes the target's outputs per
+    // sequence for that many; more aborted it in llama_context::output_reserve)
+    const int32_t n_max =
+        std::min({ params.n_draft, k_max, llama_mtp_adaptive_default_max(), n_ctx - 1, n_batch - 1 }) + 1;
+    llama_token tok = llama_vocab_bos(vocab);
     if (tok < 0 || tok >= n_vocab) {
         tok = 0;
     }
