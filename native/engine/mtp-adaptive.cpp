@@ -97,12 +97,16 @@ double controller::accept(int32_t i, float c) const {
     i        = std::clamp(i, 0, K - 1);
     // a position seldom reached leans on the one before it (then on PRIOR_A)
     double a = PRIOR_A;
-    double l = PRIOR_A;
     for (int32_t j = 0; j <= i; ++j) {
         a = acc[mode][j].get(a, PRIOR_W);
-        l = acc_long[mode][j].get(l, PRIOR_W);
     }
-    a = recent_share * a + (1.0 - recent_share) * l;
+    if (recent_share < 1.0) { // stale: drawn towards the long-run rate (while drafting, nothing to do)
+        double l = PRIOR_A;
+        for (int32_t j = 0; j <= i; ++j) {
+            l = acc_long[mode][j].get(l, PRIOR_W);
+        }
+        a = recent_share * a + (1.0 - recent_share) * l;
+    }
     if (c < 0.0f) {
         return a;
     }

@@ -45,8 +45,7 @@ void llama_mtp::warm_up() {
             // as a step decodes them: a verify outputs every row's logits, a plain step the last row's
             ok = decode_target(toks.data(), n, 0, n > 1, true) == LLAMA_MTP_OK; // false: no room in the context
             if (ok) {
-                observe(toks.data(), n, 0, llama_get_embeddings_nextn(ctx_tgt), 0);
-                ok = write_queued({ this }) == LLAMA_MTP_OK;
+                ok = catch_up(toks.data(), n, 0) == LLAMA_MTP_OK; // the controller is off yet: written at once
             }
             truncate_target_to(0);
             truncate_mtp_to(0);
