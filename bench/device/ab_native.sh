@@ -16,7 +16,8 @@
 #       AB_AVO="--ngl 99 --limit 80 --passes 1 -n 192" AB_TRACE=1 bash bench/device/ab_native.sh
 # Later calls on the same warm machine start from the side installed last (/tmp/ab-installed).
 #
-# Knobs: AB_FILES (required: the files that differ), AB_REV (HEAD), AB_ORDER ("B B A A B B A A"),
+# Knobs: AB_FILES (the files that differ; empty: one build, the sides differ by AB_ENV_A/AB_ENV_B only),
+# AB_ENV_A, AB_ENV_B (environment assignments for each side's runs, e.g. "LLAMA_KV_WINDOW=1024"), AB_REV (HEAD), AB_ORDER ("B B A A B B A A"),
 # AB_BENCH (the pymtp bench arguments; default: 16 MT-Bench first turns x 192, k=2 and auto, --ngl 99),
 # AB_AVO (instead of pymtp bench: bench/auto_vs_off.py with these arguments, e.g. "--ngl 99 --limit 80
 # --passes 1"), AB_TRACE (a run number: that run writes PYMTP_ADAPTIVE_TRACE to $OUT/ab-trace-<run>.tsv.gz).
@@ -26,7 +27,8 @@ set -uo pipefail
 OUT_CALL=${OUT:-/tmp/pymtp-out}
 OUT=/tmp/ab-results   # every file of the runs; packed into $OUT_CALL at the end
 rm -rf "$OUT" && mkdir -p "$OUT_CALL"
-: "${AB_FILES:?AB_FILES: the native files that differ between the sides}"
+: "${AB_FILES:=}"
+[ -n "$AB_FILES${AB_ENV_A:-}${AB_ENV_B:-}" ] || { echo "ab_native.sh: AB_FILES or AB_ENV_A/AB_ENV_B must set the sides apart" >&2; exit 1; }
 mkdir -p "$OUT" .dev/ab/A .dev/ab/B /tmp/smol-parts
 export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
 for f in $AB_FILES; do
@@ -58,6 +60,8 @@ run() {       # one pymtp bench (or auto_vs_off.py) of side $1, run number $2, f
     (
         cd /tmp
         [ "${AB_TRACE:-}" = "$2" ] && export PYMTP_ADAPTIVE_TRACE=$trace
+        local env_side="AB_ENV_$1" kv
+        for kv in ${!env_side:-}; do export "$kv"; done
         if [ -n "${AB_AVO:-}" ]; then
             python3 "$repo/bench/auto_vs_off.py" "${avo_args[@]}" --json "$OUT/ab-$1-$2.json" > "$OUT/ab-$1-$2.txt" 2>&1
         else
@@ -71,7 +75,7 @@ i=0
 cur=$(cat /tmp/ab-installed 2>/dev/null || echo B)   # the build call installed the working tree
 for side in ${AB_ORDER:-B B A A B B A A}; do
     i=$((i + 1))
-    [ "$cur" != "$side" ] && { install "$side"; cur=$side; }
+    [ -n "$AB_FILES" ] && [ "$cur" != "$side" ] && { install "$side"; cur=$side; }
     run "$side" "$i"
 done
 for f in $AB_FILES; do cp ".dev/ab/B/$(basename "$f")" "$f"; done   # the working tree as carried
