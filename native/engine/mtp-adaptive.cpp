@@ -103,7 +103,7 @@ double controller::accept(int32_t i, float c) const {
     if (recent_share < 1.0) { // stale: drawn towards the long-run rate (while drafting, nothing to do)
         double l = PRIOR_A;
         for (int32_t j = 0; j <= i; ++j) {
-            l = acc_long[mode][j].get(l, PRIOR_W_LONG);
+            l = acc_long[mode][j].get(l, PRIOR_W);
         }
         a = recent_share * a + (1.0 - recent_share) * l;
     }

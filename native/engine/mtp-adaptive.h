@@ -162,16 +162,6 @@ struct controller {
     static constexpr double  LEAD   = (1.0 + MARGIN) / (1.0 - AWAKE);
     static constexpr int64_t SLEEP_MIN    = 1024;  // steps of the first sleep; a sleep whose waking finds
     static constexpr int64_t SLEEP_MAX    = 16384; //   nothing to draft doubles the next one, up to this
-    // the first sleep while fewer than THIN drafts measured the long-run rate at position 1 (it is still
-    // mostly the prior) lasts SLEEP_THIN steps; later sleeps double from SLEEP_MIN as before. And the
-    // long-run rate starts from PRIOR_A worth PRIOR_W_LONG drafts. Where a run opened on hard text, the few
-    // drafts measured there were all the long-run rate knew, the estimate a sleep drifts towards stayed as
-    // hard, and the first sleep was long (the H100, the built-in model: MT-Bench's first answers accepted
-    // 0.2-0.3 at position 1 over ~40 drafts in some runs, ~0.5 over a whole answer; auto slept 1024-3072
-    // steps and ran 0.97-0.99x of MTP off where fixed k=2 ran 1.1x)
-    static constexpr int64_t SLEEP_THIN   = 256;
-    static constexpr double  THIN         = 200.0;
-    static constexpr double  PRIOR_W_LONG = 64.0;
     // steps after waking before a probe: the MTP KV restarts empty, and a draft attends only over the rows
     // written since (SmolLM2's v2 head on 12 MT-Bench answers, position 1 / 2 with the MTP KV cut to the
     // last 32 rows: 0.471 / 0.194, 64: 0.503 / 0.234, 128: 0.516 / 0.251, whole: 0.536 / 0.264). A probe
@@ -307,10 +297,10 @@ struct controller {
         // that held the probe back let the quiet run put the MTP side back to sleep unprobed)
         return ++quiet_run >= quiet_limit() && k == 0 && wake_probe == 0;
     }
-    // the MTP side fell asleep, for sleep_len steps (or SLEEP_THIN); the next sleep doubles, up to SLEEP_MAX
+    // the MTP side fell asleep, for sleep_len steps (the next sleep doubles, up to SLEEP_MAX)
     void fell_asleep() {
         asleep     = true;
-        sleep_left = acc_long[mode][0].n < THIN && sleep_len == SLEEP_MIN ? SLEEP_THIN : sleep_len;
+        sleep_left = sleep_len;
         sleep_len  = std::min(2 * sleep_len, SLEEP_MAX);
         quiet_run  = 0;
     }
