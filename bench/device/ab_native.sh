@@ -17,7 +17,8 @@
 # Later calls on the same warm machine start from the side installed last (/tmp/ab-installed).
 #
 # Knobs: AB_FILES (the files that differ; empty: one build, the sides differ by AB_ENV_A/AB_ENV_B only),
-# AB_ENV_A, AB_ENV_B (environment assignments for each side's runs, e.g. "LLAMA_KV_WINDOW=1024"), AB_REV (HEAD), AB_ORDER ("B B A A B B A A"),
+# AB_ENV_A, AB_ENV_B (environment assignments for each side's runs, e.g. "LLAMA_KV_WINDOW=256"),
+# AB_REV (HEAD), AB_ORDER ("B B A A B B A A"),
 # AB_BENCH (the pymtp bench arguments; default: 16 MT-Bench first turns x 192, k=2 and auto, --ngl 99),
 # AB_AVO (instead of pymtp bench: bench/auto_vs_off.py with these arguments, e.g. "--ngl 99 --limit 80
 # --passes 1"), AB_TRACE (a run number: that run writes PYMTP_ADAPTIVE_TRACE to $OUT/ab-trace-<run>.tsv.gz).
@@ -30,6 +31,7 @@ rm -rf "$OUT" && mkdir -p "$OUT_CALL"
 : "${AB_FILES:=}"
 [ -n "$AB_FILES${AB_ENV_A:-}${AB_ENV_B:-}" ] || { echo "ab_native.sh: AB_FILES or AB_ENV_A/AB_ENV_B must set the sides apart" >&2; exit 1; }
 mkdir -p "$OUT" .dev/ab/A .dev/ab/B /tmp/smol-parts
+[ -n "${AB_ENV_A:-}${AB_ENV_B:-}" ] && echo "side A's environment: ${AB_ENV_A:-(as is)}; side B's: ${AB_ENV_B:-(as is)}" > "$OUT/ab-summary.txt"
 export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
 for f in $AB_FILES; do
     # side A carried in .dev/ab/A (the device's copy of the tree may have no git history), else from git
@@ -69,7 +71,7 @@ run() {       # one pymtp bench (or auto_vs_off.py) of side $1, run number $2, f
         fi
     )
     [ -f "$trace" ] && gzip -c "$trace" > "$OUT/ab-trace-$2.tsv.gz"
-    grep -E "^(off|mtp|auto|noise)" "$OUT/ab-$1-$2.txt" | sed "s/^/$1 $2  /" | cut -c1-140 | tee -a "$OUT/ab-summary.txt"
+    grep -E "^(off|mtp|auto|k=|noise)" "$OUT/ab-$1-$2.txt" | sed "s/^/$1 $2  /" | cut -c1-140 | tee -a "$OUT/ab-summary.txt"
 }
 i=0
 cur=$(cat /tmp/ab-installed 2>/dev/null || echo B)   # the build call installed the working tree
