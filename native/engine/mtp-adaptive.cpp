@@ -93,19 +93,20 @@ double controller::draft_cost() const {
     return draft.n > 0 ? draft.v : PRIOR_D * plain_batch_cost();
 }
 
+// rate of position i from per-position counts: a position seldom reached leans on the one before it (then on PRIOR_A)
+static double chained_rate(const decayed_rate * r, int32_t i) {
+    double x = controller::PRIOR_A;
+    for (int32_t j = 0; j <= i; ++j) {
+        x = r[j].get(x, controller::PRIOR_W);
+    }
+    return x;
+}
+
 double controller::accept(int32_t i, float c) const {
     i        = std::clamp(i, 0, K - 1);
-    // a position seldom reached leans on the one before it (then on PRIOR_A)
-    double a = PRIOR_A;
-    for (int32_t j = 0; j <= i; ++j) {
-        a = acc[mode][j].get(a, PRIOR_W);
-    }
+    double a = chained_rate(acc[mode], i);
     if (recent_share < 1.0) { // stale: drawn towards the long-run rate (while drafting, nothing to do)
-        double l = PRIOR_A;
-        for (int32_t j = 0; j <= i; ++j) {
-            l = acc_long[mode][j].get(l, PRIOR_W);
-        }
-        a = recent_share * a + (1.0 - recent_share) * l;
+        a = recent_share * a + (1.0 - recent_share) * chained_rate(acc_long[mode], i);
     }
     if (c < 0.0f) {
         return a;
