@@ -741,3 +741,53 @@ def test_replies_of_a_model_without_a_chat_template_end_at_chatml_turn_markers(t
                                     log=lambda *a: None)
             for i in chat:
                 assert tok.detokenize(data.seq(i)[data.n_prompt[i]:]) == want
+
+
+def test_self_written_prompts_are_user_turns_the_base_writes_from_its_template(tiny_llama, tmp_path):
+    """--self-prompts F: that share of the sequences answers a user's turn the base wrote itself, sampled
+    from its chat template's text before a user message. The prompt is that text + the turn (without its
+    end-of-turn token) + the template's text after it; a turn that never ends, is too short or repeats an
+    earlier one is dropped; the first ones are held out like the built-in validation prompts. F = 0 leaves
+    the plan (and the data's cache key) as they were."""
+    from pymtp.graft.data import GenConfig, generate_dataset, sample_plan
+    from pymtp.graft.self_prompts import MAX_USER_TOKENS, chat_frame
+    from pymtp.graft.tokenizer import Tokenizer
+
+    with Tokenizer(tiny_llama) as tok:
+        before, after = chat_frame(tok)
+        q = "Hello there, who are you?"
+        assert before + tok.tokenize(q, add_special=False) + after == tok.chat_tokens([{"role": "user", "content": q}])
+        eog = tok.eog_ids[0]
+        reply = tok.tokenize("An answer.", add_special=False)
+
+        class Base:  # turns: #0 never ends, #2 repeats #1, #3 is too short, the rest are distinct
+            device = "cpu"
+            turns = 0
+
+            def generate(self, prompts, n, temps, **kw):
+                out = []
+                for p in prompts:
+                    if p != before:
+                        out.append(list(reply))
+                        continue
+                    i, Base.turns = Base.turns, Base.turns + 1
+                    msg = tok.tokenize(f"Question number {1 if i == 2 else i}?", add_special=False)
+                    out.append([65] * MAX_USER_TOKENS if i == 0 else [65, eog] if i == 3 else msg + [eog])
+                return out
+
+        cfg = GenConfig(samples=40, gen_tokens=len(reply), self_prompts=0.5)
+        prompts, plan = sample_plan(cfg)
+        own = [(i, pi - len(prompts), v) for i, (pi, _, v) in enumerate(plan) if pi >= len(prompts)]
+        assert [j for _, j, _ in own] == list(range(20)) and [v for _, _, v in own] == [True] + [False] * 19
+        data = generate_dataset(Base(), tok, cfg, tmp_path, "sha", progress=False, gen_batch=8, log=lambda *a: None)
+        asked = [tok.detokenize(data.seq(i)[:data.n_prompt[i]]) for i, _, _ in own]
+        assert asked == [tok.detokenize(before) + f"Question number {j}?" + tok.detokenize(after)
+                         for j in [1] + list(range(4, 23))]
+        assert [bool(data.is_val[i]) for i, _, _ in own] == [v for _, _, v in own]
+        assert all(tok.detokenize(data.seq(i)[data.n_prompt[i]:]) == "An answer." for i, _, _ in own)
+        assert (tmp_path / f"gen-{cfg.key('sha')}" / "self-prompts.npz").is_file()
+
+        plain = GenConfig(samples=40)
+        assert sample_plan(plain)[1] == sample_plan(GenConfig(samples=40, self_prompts=0.0))[1]
+        assert all(pi < len(prompts) for pi, _, _ in sample_plan(plain)[1])
+        assert plain.key("sha") != cfg.key("sha") and "self_prompts" not in str(plain.key("sha"))

@@ -117,6 +117,10 @@ def register(subparsers) -> None:
     d.add_argument("--greedy-frac", type=float, default=0.5, metavar="F",
                    help="share of the sequences generated greedily, the rest sampled at T~0.8-1.0 "
                         "(default: 0.5)")
+    d.add_argument("--self-prompts", type=float, default=0.0, metavar="F",
+                   help="share of the sequences answering a prompt the base writes itself: its chat "
+                        "template up to a user's message, sampled on from there (the requests an instruct "
+                        "model was tuned on, closer to real chats than the built-in prompts; default: 0)")
     d.add_argument("--gen-batch", type=int, default=0, metavar="B",
                    help="sequences generated at once (default: as many as ~30%% of free GPU memory "
                         "holds, at most 1024; 32 on CPU)")
@@ -168,6 +172,7 @@ def validate(args) -> None:
     check(args.gen_tokens >= 1, f"--gen-tokens must be >= 1 (got {args.gen_tokens})")
     check(args.gen_batch >= 0, f"--gen-batch must be >= 0 (got {args.gen_batch})")
     check(0 <= args.greedy_frac <= 1, f"--greedy-frac must be in 0..1 (got {args.greedy_frac})")
+    check(0 <= args.self_prompts <= 1, f"--self-prompts must be in 0..1 (got {args.self_prompts})")
     check(args.ce_weight >= 0, f"--ce-weight must be >= 0 (got {args.ce_weight})")
     check(args.cache_gb >= 0, f"--cache-gb must be >= 0 (got {args.cache_gb})")
     check(args.check_prompts >= 0, f"--check-prompts must be >= 0 (got {args.check_prompts})")
@@ -193,7 +198,7 @@ def open_tokenizer(base, args):
 
     tok = Tokenizer(base)
     try:
-        pretokenize(tok, args.samples, args.seed, args.corpus)
+        pretokenize(tok, args.samples, args.seed, args.corpus, self_prompts=args.self_prompts > 0)
     except BaseException:
         tok.close()
         raise
@@ -229,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
                           threads=args.threads, loss_positions=args.loss_positions, heads=args.heads,
                           features=args.features),
         gen=GenConfig(samples=args.samples, gen_tokens=args.gen_tokens, seed=args.seed,
-                      greedy_frac=args.greedy_frac),
+                      greedy_frac=args.greedy_frac, self_prompts=args.self_prompts),
         corpus=[Path(f) for f in args.corpus], head_type=args.head_type, resume=args.resume,
         report=args.report, data_cache=args.data_cache, gen_batch=args.gen_batch,
         progress=not args.quiet, tokenizer=tok, check_prompts=args.check_prompts, draft_vocab=args.draft_vocab,

@@ -1,4 +1,5 @@
-"""Training data: text the base model itself generates from the built-in prompt set (half of it
+"""Training data: text the base model itself generates from the built-in prompt set and, optionally,
+from user turns it writes itself (self_prompts.py; half of it
 greedy - pymtp's default decoding - half sampled at temperature ~U(0.8, 1.0), top-p 0.95), plus
 optional plain-text corpus files, as token ids. Generated data is cached on disk in shards (npz),
 so an interrupted run resumes generation where it stopped and later runs with the same settings
@@ -40,9 +41,12 @@ class GenConfig:
     greedy_frac: float = 0.5          # share of sequences decoded greedily (pymtp's default mode)
     top_p: float = 0.95
     val_frac: float = 0.05            # share of prompts held out for validation
+    self_prompts: float = 0.0         # share of sequences whose prompt the base writes itself (self_prompts.py)
 
     def key(self, base_sha256: str) -> str:
         d = dict(self.__dict__, base=base_sha256, version=DATA_VERSION)
+        if not self.self_prompts:     # (the key of a data set without them is the one it always had)
+            del d["self_prompts"]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -119,14 +123,22 @@ class Dataset:
 # --------------------------------------------------------------------------- generation
 
 def sample_plan(cfg: GenConfig):
-    """(prompts, [(prompt index, temperature, is_val)] per sample), deterministic by seed."""
+    """(prompts, [(prompt index, temperature, is_val)] per sample), deterministic by seed. An index
+    ``len(prompts) + j`` is the j-th prompt the base writes itself (``cfg.self_prompts`` of the samples,
+    spread evenly; the first ``val_frac`` of them held out)."""
     n_unique = max(2, min(cfg.samples, MAX_UNIQUE_PROMPTS))
     prompts = unique_prompts(cfg.samples, seed=cfg.seed)
     n_val = min(n_unique - 1, max(1, round(cfg.val_frac * n_unique)))
-    plan = []
+    n_self = round(cfg.self_prompts * cfg.samples)
+    n_self_val = min(n_self - 1, max(1, round(cfg.val_frac * n_self))) if n_self > 1 else 0
+    plan, j = [], 0
     for i in range(cfg.samples):
         r = random.Random(f"{cfg.seed}:{i}")
         temp = 0.0 if r.random() < cfg.greedy_frac else r.uniform(cfg.temp_min, cfg.temp_max)
+        if (i + 1) * n_self // cfg.samples > i * n_self // cfg.samples:
+            plan.append((len(prompts) + j, temp, j < n_self_val))
+            j += 1
+            continue
         pi = i % n_unique
         plan.append((pi, temp, pi < n_val))
     return prompts, plan
@@ -153,7 +165,8 @@ def cut_at_stops(tokens: list[int], piece, stops) -> list[int]:
 def generate_dataset(model, tokenizer, cfg: GenConfig, cache_dir, base_sha256: str, *,
                      gen_batch: int = 32, max_prompt_tokens: int = 512, progress: bool = True,
                      log=print) -> Dataset:
-    """Sample the base's own continuations of the built-in prompts (cached in shards). A reply to a chat
+    """Sample the base's own continuations of the built-in prompts and of the prompts it writes itself
+    (``cfg.self_prompts``; cached in shards). A reply to a chat
     prompt of a model without a chat template (ChatML stands in) ends where ChatML's turn markers begin, as
     Model.chat and `pymtp chat` end it: a base model writes them as text and goes on with the next turns,
     which no chat surface shows (Gemma 3 270M's greedy replies), so the head does not learn from them."""
@@ -174,8 +187,23 @@ def generate_dataset(model, tokenizer, cfg: GenConfig, cache_dir, base_sha256: s
                                                       version=DATA_VERSION), indent=2))
     prompts, plan = sample_plan(cfg)
     prompt_toks = {}
+    n_self = sum(pi >= len(prompts) for pi, _, _ in plan)
+    own = []
+    if n_self:
+        from .self_prompts import write_prompts
+
+        own = write_prompts(model, tokenizer, n_self, root / "self-prompts.npz", seed=cfg.seed,
+                            temperature=(cfg.temp_min + cfg.temp_max) / 2, top_p=cfg.top_p, gen_batch=gen_batch,
+                            progress=progress, log=log)
+        if len(own) < n_self:
+            log(f"self-written prompts: {len(own)} for {n_self} sequences; some are answered more than once")
+
+    def is_chat(pi):
+        return pi >= len(prompts) or isinstance(prompts[pi], list)
 
     def toks(pi):
+        if pi >= len(prompts):
+            return own[(pi - len(prompts)) % len(own)][:max_prompt_tokens]
         if pi not in prompt_toks:
             p = prompts[pi]
             t = tokenizer.chat_tokens(p) if isinstance(p, list) else tokenizer.tokenize(p)
@@ -199,7 +227,7 @@ def generate_dataset(model, tokenizer, cfg: GenConfig, cache_dir, base_sha256: s
             g = torch.Generator(device=model.device).manual_seed(cfg.seed * 1_000_003 + s)
             outs = model.generate(ps, cfg.gen_tokens, [t for _, t, _ in rows], top_p=cfg.top_p,
                                   eog_ids=tokenizer.eog_ids, generator=g)
-            outs = [cut_at_stops(o, tokenizer.piece, chat_stops) if isinstance(prompts[pi], list) else o
+            outs = [cut_at_stops(o, tokenizer.piece, chat_stops) if is_chat(pi) else o
                     for o, (pi, _, _) in zip(outs, rows)]
             n_new_tokens += sum(len(o) for o in outs)
             seqs = [p + o for p, o in zip(ps, outs)]
@@ -243,10 +271,10 @@ def corpus_dataset(files, tokenizer, seq_len: int, val_every: int = 20) -> Datas
 
 
 def held_out_prompts(gen: GenConfig, n: int) -> list:
-    """``n`` prompts never trained on: the generation plan's validation prompts, then (for a small
-    plan) the prompt set's next ones, which no sample uses."""
+    """``n`` built-in prompts never trained on: the generation plan's validation prompts, then (for a
+    small plan) the prompt set's next ones, which no sample uses."""
     prompts, plan = sample_plan(gen)
-    held = [prompts[pi] for pi in sorted({pi for pi, _, is_val in plan if is_val})][:n]
+    held = [prompts[pi] for pi in sorted({pi for pi, _, is_val in plan if is_val and pi < len(prompts)})][:n]
     if len(held) < n:
         held += build_prompts(len(prompts) + n - len(held), seed=gen.seed)[len(prompts):]
     return held

@@ -76,7 +76,7 @@ class Tokenizer:
             pass
 
 
-def pretokenize(tok: Tokenizer, samples: int, seed: int, corpus=()) -> None:
+def pretokenize(tok: Tokenizer, samples: int, seed: int, corpus=(), self_prompts: bool = False) -> None:
     """Tokenize now (memoized in ``tok``) every prompt a data set of ``samples`` generated
     sequences uses and every corpus file, exactly as pymtp.graft.data will ask for them, so that
     no libllama tokenization happens once numpy/PyTorch are loaded (pymtp.cli.graft says why)."""
@@ -85,6 +85,10 @@ def pretokenize(tok: Tokenizer, samples: int, seed: int, corpus=()) -> None:
     if samples > 0:
         for p in unique_prompts(samples, seed=seed):
             tok.chat_tokens(p) if isinstance(p, list) else tok.tokenize(p)
+    if samples > 0 and self_prompts:
+        from .self_prompts import chat_frame
+
+        chat_frame(tok)
     for f in corpus:
         try:
             text = Path(f).read_text(encoding="utf-8", errors="replace")

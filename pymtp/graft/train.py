@@ -840,6 +840,6 @@ def auto_gen_batch(base: BaseModel, gcfg: GenConfig, device) -> int:
     hp = base.hp
     free, _ = torch.cuda.mem_get_info(device)
     elem = torch.finfo(base.dtype).bits // 8
-    t_max = 128 + gcfg.gen_tokens                      # built-in prompts are short
+    t_max = (128 if not gcfg.self_prompts else 192) + gcfg.gen_tokens   # built-in prompts are short
     per_seq = 2 * hp.n_layer * hp.n_head_kv * hp.head_dim * t_max * elem + 8 * hp.n_vocab * 4
     return int(max(8, min(1024, 0.3 * free // per_seq)))
