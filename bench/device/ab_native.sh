@@ -21,7 +21,7 @@
 # AB_REV (HEAD), AB_ORDER ("B B A A B B A A"),
 # AB_BENCH (the pymtp bench arguments; default: 16 MT-Bench first turns x 192, k=2 and auto, --ngl 99),
 # AB_AVO (instead of pymtp bench: bench/auto_vs_off.py with these arguments, e.g. "--ngl 99 --limit 80
-# --passes 1"), AB_TRACE (a run number: that run writes PYMTP_ADAPTIVE_TRACE to $OUT/ab-trace-<run>.tsv.gz).
+# --passes 1"), AB_TRACE (run numbers, e.g. "1 2": those runs write PYMTP_ADAPTIVE_TRACE to $OUT/ab-trace-<run>.tsv.gz).
 # Results: $OUT/ab-summary.txt, and $OUT/ab-results.tgz with ab-<side>-<run>.{txt,json} and any trace (a call
 # brings back at most 8 files).
 set -uo pipefail
@@ -61,7 +61,7 @@ run() {       # one pymtp bench (or auto_vs_off.py) of side $1, run number $2, f
     rm -f "$trace"
     (
         cd /tmp
-        [ "${AB_TRACE:-}" = "$2" ] && export PYMTP_ADAPTIVE_TRACE=$trace
+        [[ " ${AB_TRACE:-} " == *" $2 "* ]] && export PYMTP_ADAPTIVE_TRACE=$trace
         local env_side="AB_ENV_$1" kv
         for kv in ${!env_side:-}; do export "$kv"; done
         if [ -n "${AB_AVO:-}" ]; then
