@@ -1,6 +1,6 @@
-"""Training data: text the base model itself generates from the built-in prompt set and, optionally,
-from user turns it writes itself (self_prompts.py; half of it
-greedy - pymtp's default decoding - half sampled at temperature ~U(0.8, 1.0), top-p 0.95), plus
+"""Training data: text the base model itself generates (half of it greedy - pymtp's default decoding -
+half sampled at temperature ~U(0.8, 1.0), top-p 0.95) in answer to the built-in prompt set and,
+optionally, to user turns it writes itself from its chat template (self_prompts.py), plus
 optional plain-text corpus files, as token ids. Generated data is cached on disk in shards (npz),
 so an interrupted run resumes generation where it stopped and later runs with the same settings
 reuse it.

@@ -8,8 +8,8 @@ A self-written prompt is ``before + the user's tokens + after``, the tokens the 
 (not retokenized), ready for its answer.
 
 ``write_prompts`` samples them in batches and caches them (one npz per run of the data generation);
-a turn that does not end within ``max_tokens``, or that is shorter than ``MIN_USER_TOKENS``, or that
-repeats an earlier one, is dropped.
+they are sampled at the data's middle temperature (0.9 by default); a turn that does not end within
+``MAX_USER_TOKENS``, or that is shorter than ``MIN_USER_TOKENS``, or that repeats an earlier one, is dropped.
 """
 
 from __future__ import annotations
