@@ -14,11 +14,8 @@ they are sampled at the data's middle temperature (0.9 by default); a turn that 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
-
-import numpy as np
 
 SENTINEL = "\u0001pymtp-user-message\u0001"
 MAX_USER_TOKENS = 128     # a user's turn longer than this is dropped (it did not end)
@@ -35,11 +32,8 @@ def chat_frame(tok) -> tuple[list[int], list[int]]:
     text = render_chat(tok.chat_template, [{"role": "user", "content": SENTINEL}], add_generation_prompt=True,
                        bos_token=tok.bos_text, eos_token=tok.eos_text)
     at = text.index(SENTINEL)
-    head, tail = text[:at], text[at + len(SENTINEL):]
-    bos = tok.bos_text
-    before = tok.tokenize(head, add_special=not (bos and head.startswith(bos)), parse_special=True)
-    after = tok.tokenize(tail, add_special=False, parse_special=True)
-    return before, after
+    return tok.rendered_tokens(text[:at]), tok.tokenize(text[at + len(SENTINEL):], add_special=False,
+                                                        parse_special=True)
 
 
 def user_turn(tokens: list[int], eog_ids, piece, stops) -> list[int] | None:
@@ -65,12 +59,13 @@ def write_prompts(model, tok, n: int, path, *, seed: int, temperature: float, to
 
     from pymtp.chat_template import with_chat_stops
 
+    from .data import Dataset
+
     path = Path(path)
     if path.is_file():
-        with np.load(path) as z:
-            toks, offs = z["tokens"], z["offsets"]
+        cached = Dataset.load(path)
         log(f"self-written prompts: reusing {path}")
-        return [toks[offs[i]:offs[i + 1]].tolist() for i in range(len(offs) - 1)]
+        return [cached.seq(i).tolist() for i in range(len(cached))]
     before, after = chat_frame(tok)
     stops = with_chat_stops(tok.chat_template)
     out, seen, batches, tried = [], set(), 0, 0
@@ -101,9 +96,6 @@ def write_prompts(model, tok, n: int, path, *, seed: int, temperature: float, to
         from pymtp.errors import PymtpError
         raise PymtpError("the base wrote no usable user turn (none ended within "
                          f"{MAX_USER_TOKENS} tokens): train without --self-prompts")
-    lens = np.array([len(p) for p in out], np.int64)
-    tmp = path.with_name(path.name + ".part.npz")
-    np.savez(tmp, tokens=np.concatenate([np.asarray(p, np.int32) for p in out]),
-             offsets=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64))
-    os.replace(tmp, path)
+    n_out = len(out)   # stored as a data set whose sequences are all prompt
+    Dataset.from_seqs(out, [len(p) for p in out], [False] * n_out, [0] * n_out).save(path)
     return out

@@ -53,8 +53,11 @@ class Tokenizer:
         template wrote it."""
         from pymtp.chat_template import render_chat
 
-        text = render_chat(self.chat_template, messages, add_generation_prompt=True,
-                           bos_token=self.bos_text, eos_token=self.eos_text)
+        return self.rendered_tokens(render_chat(self.chat_template, messages, add_generation_prompt=True,
+                                                bos_token=self.bos_text, eos_token=self.eos_text))
+
+    def rendered_tokens(self, text: str) -> list[int]:
+        """Tokens of text a chat template rendered: special tokens parsed, BOS added unless it is there."""
         bos = self.bos_text
         return self.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
 
