@@ -9,11 +9,16 @@ fraction of a plain step.
 Draft cost (--draft-cost K): D_k, the draft time of a step drafting k tokens over a plain step, for
 k = 1..K, every draft accepted (synthetic acceptance 1.0, so every step drafts k): a sequential
 head runs k MTP decodes, a parallel one a single decode of k rows. Parallel heads are widened to K
-rows with random mask rows for this (cost only: what they draft is not used).
+rows with random mask rows for this (cost only: what they draft is not used). --random-mask NAME makes
+head NAME parallel the same way even where it has no mask rows (a sequential or random head timed as
+a parallel one, e.g. on a realistic shape); --rates R1,R2,.. accepts drafts at those synthetic rates
+instead of always (speed at a given acceptance, the same for every head).
 
     python bench/parallel_heads.py BASE.gguf --head seq=seq.gguf --head par4=par4.gguf \\
         --prompts mtbench --limit 16 -n 128 --n-drafts 1,2,3,4,auto --threads 2
     python bench/parallel_heads.py BASE.gguf --head seq=seq.gguf --head par=par4.gguf --draft-cost 6
+    python bench/parallel_heads.py dense-27b.gguf --head seq=H.gguf --head par=H.gguf --random-mask par \
+        --draft-cost 6 --ngl 99 --limit 8 -n 128      # H: pymtp_devtools.realistic dense-27b --split-head
 
 --host-argmax adds, for each parallel head, NAME@host: the same head with its MTP context made with
 llama.cpp's default of one output per sequence (as another binding's would be), so the greedy argmax
@@ -36,18 +41,25 @@ from pymtp.bench.prompts import load_prompts
 
 
 def widen(head: Path, k: int, out: Path) -> Path:
-    """A copy of a parallel head with k-1 mask rows (its own first, then random N(0, 0.02) rows)."""
+    """A copy of a head with k-1 mask rows: a parallel head's own first, then random N(0, 0.02) rows (a
+    sequential head gets only random ones: it then drafts as a parallel head, for cost)."""
     import gguf
     import numpy as np
 
+    from pymtp.graft.torch_model import MASK_SUFFIX
     from pymtp.graft.writer import copy_gguf
 
     r = gguf.GGUFReader(str(head))
-    mask = next(t for t in r.tensors if t.name.endswith(".nextn.hnorm.mask"))
-    rows = np.array(mask.data, dtype=np.float32).reshape(-1, int(mask.shape[0]))
+    mask = next((t for t in r.tensors if t.name.endswith("." + MASK_SUFFIX)), None)
+    if mask is not None:
+        name, rows = mask.name, np.array(mask.data, dtype=np.float32).reshape(-1, int(mask.shape[0]))
+    else:
+        hnorm = next(t for t in r.tensors if t.name.endswith(".nextn.hnorm.weight"))
+        name = hnorm.name.removesuffix("nextn.hnorm.weight") + MASK_SUFFIX
+        rows = np.zeros((0, int(hnorm.shape[0])), np.float32)
     extra = np.random.default_rng(0).normal(0, 0.02, size=(max(0, k - 1 - len(rows)), rows.shape[1]))
     rows = np.vstack([rows, extra]).astype(np.float32)[: k - 1]
-    return copy_gguf(head, out, tensors={mask.name: (rows, None)})
+    return copy_gguf(head, out, tensors={name: (rows, None)})
 
 
 def open_head(model: str, head: Path, host_argmax: bool = False, **common) -> pymtp.Model:
@@ -120,6 +132,10 @@ def main() -> int:
     ap.add_argument("--n-drafts", default="1,2,3,4,auto")
     ap.add_argument("--draft-cost", type=int, default=0, metavar="K",
                     help="measure D_k for k = 1..K instead (every draft accepted)")
+    ap.add_argument("--random-mask", action="append", default=[], metavar="NAME",
+                    help="--draft-cost: time head NAME as a parallel head even without mask rows of its own")
+    ap.add_argument("--rates", default=None, metavar="R1,R2,..",
+                    help="--draft-cost: synthetic acceptance per position (default: every draft accepted)")
     ap.add_argument("--host-argmax", action="store_true",
                     help="also run each parallel head with the argmax of its rows on the host (NAME@host)")
     ap.add_argument("--threads", type=int, default=None)
@@ -128,6 +144,11 @@ def main() -> int:
     args = ap.parse_args()
 
     heads = dict(h.split("=", 1) for h in args.head)
+    if set(args.random_mask) - set(heads):
+        ap.error(f"--random-mask names no --head: {', '.join(sorted(set(args.random_mask) - set(heads)))}")
+    if (args.random_mask or args.rates) and not args.draft_cost:
+        ap.error("--random-mask and --rates go with --draft-cost")
+    rates = [float(r) for r in args.rates.split(",")] if args.rates else [1.0] * args.draft_cost
     prompts_text = load_prompts(args.prompts)[: args.limit]
     common = dict(n_ctx=2048, n_threads=args.threads, n_gpu_layers=args.ngl)
     tmp = Path(tempfile.mkdtemp(prefix="pymtp-par-"))
@@ -140,10 +161,10 @@ def main() -> int:
         ks = list(range(1, args.draft_cost + 1))
         for name, path in heads.items():
             path = Path(path)
-            if is_parallel(path):
+            if name in args.random_mask or is_parallel(path):
                 path = widen(path, args.draft_cost, tmp / f"{name}-wide.gguf")
             m = models[name] = open_head(args.model, path, name.endswith("@host"), **common)
-            m.set_synthetic_acceptance([1.0] * args.draft_cost)
+            m.set_synthetic_acceptance(rates)
             configs += [(f"{name} k={k}", name, k) for k in ks]
     else:
         ks = [k if k == "auto" else int(k) for k in args.n_drafts.split(",")]

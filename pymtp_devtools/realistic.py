@@ -2,6 +2,7 @@
 
     python -m pymtp_devtools.realistic qwen35-27b OUT.gguf            # ~16 GB, Qwen3.5-27B-like
     python -m pymtp_devtools.realistic qwen35moe-35b-a3b OUT.gguf     # ~20 GB, Qwen3.5-35B-A3B-like
+    python -m pymtp_devtools.realistic dense-27b OUT.gguf --split-head HEAD.gguf   # ~15 GB + its MTP block
     python -m pymtp_devtools.realistic qwen35-27b small.gguf --scale 0.05 --n-vocab 0   # tests
 
 What "realistic" means here: the tensor shapes, layer pattern and hyperparameters of the
@@ -12,6 +13,12 @@ output.weight and for attn_v / ffn_down on the "more bits" layers, Q5_K for the 
 attn_qkv, F32 for norms, 1-D tensors, the MoE router and the conv kernel). The weights are
 random, so only the cost of a decode is realistic, not the text: use the file with synthetic
 acceptance (``--synthetic-rates`` / ``--spec-synth-rates``).
+
+``dense-27b`` is the 27B shape's dense twin for pymtp's own MTP graph (native/models/dense-mtp.cpp,
+which grafted and parallel heads use; upstream's qwen35 MTP graph has neither): the same widths,
+depth, attention heads and vocabulary, but every layer plain full attention of the qwen3
+architecture (q/k norms, no output gate, no DeltaNet). ``--split-head`` writes its MTP block as a
+head-only sidecar and the trunk without it, as a grafted model is laid out.
 
 How the weights are made: the quantized payloads (4-/5-/6-/8-bit codes) are random bytes and
 only the block headers are set, so every block dequantizes to zero-mean values of a chosen std
@@ -60,7 +67,7 @@ VOCAB_CANDIDATES = ("qwen35", "qwen2", "deepseek-coder")
 
 @dataclass(frozen=True)
 class Shape:
-    arch: str                    # "qwen35" (dense) or "qwen35moe"
+    arch: str                    # "qwen35" (dense), "qwen35moe", or "qwen3" (every layer full attention)
     n_layer: int                 # trunk layers; one MTP block comes on top
     n_embd: int
     n_head: int
@@ -90,6 +97,11 @@ class Shape:
     def is_recurrent(self, il: int) -> bool:
         return il < self.n_layer and (il + 1) % self.full_attn_interval != 0
 
+    @property
+    def gated_attention(self) -> bool:
+        """Qwen3.5's full attention gates its output (Q and the gate in one matrix); qwen3's does not."""
+        return self.arch != "qwen3"
+
 
 # From the public configs (config.json text_config of Qwen/Qwen3.5-27B and Qwen/Qwen3.5-35B-A3B).
 PRESETS = {
@@ -98,6 +110,9 @@ PRESETS = {
     "qwen35moe-35b-a3b": Shape("qwen35moe", n_layer=40, n_embd=2048, n_head=16, n_head_kv=2,
                                n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512,
                                ssm_n_group=16, ssm_dt_rank=32),
+    # the 27B shape's dense twin: Qwen3.5-27B's widths, heads and vocabulary, every layer qwen3 attention
+    "dense-27b": Shape("qwen3", n_layer=64, n_embd=5120, n_head=24, n_head_kv=4, n_ff=17408, rope_dims=256,
+                       rope_sections=(), full_attn_interval=1),
 }
 
 
@@ -192,7 +207,7 @@ class _Planner:
     def attention(self, il: int) -> None:
         s = self.s
         n_q, n_kv = s.head_dim * s.n_head, s.head_dim * s.n_head_kv
-        self.mat(_tname(T.ATTN_Q, il), s.n_embd, 2 * n_q)           # Q and its output gate
+        self.mat(_tname(T.ATTN_Q, il), s.n_embd, 2 * n_q if s.gated_attention else n_q)  # (Q and its gate)
         self.mat(_tname(T.ATTN_K, il), s.n_embd, n_kv)
         v_type = Q.Q6_K if _more_bits(self.i_attn_v, self.n_attn_v) else Q.Q4_K
         self.i_attn_v += 1
@@ -245,7 +260,8 @@ class _Planner:
                             zero_rows=np.flatnonzero(token_types != _NORMAL_TOKEN_TYPE)))
         for il in range(s.n_layer_all):
             self.ones(_tname(T.ATTN_NORM, il), s.n_embd)
-            self.ones(_tname(T.ATTN_POST_NORM, il), s.n_embd)
+            # the norm before the FFN: qwen35 names it attn_post_norm, qwen3 ffn_norm
+            self.ones(_tname(T.ATTN_POST_NORM if s.gated_attention else T.FFN_NORM, il), s.n_embd)
             if s.is_recurrent(il):
                 self.gated_delta_net(il)
             else:
@@ -438,6 +454,8 @@ def _hparams(gw: gguf.GGUFWriter, s: Shape) -> None:
     gw.add_key_length(s.head_dim)
     gw.add_value_length(s.head_dim)
     gw.add_rope_dimension_count(s.rope_dims)
+    if s.arch == "qwen3":
+        return
     gw.add_rope_dimension_sections(list(s.rope_sections))
     gw.add_ssm_conv_kernel(s.ssm_d_conv)
     gw.add_ssm_state_size(s.ssm_d_state)
@@ -538,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="vocab-only GGUF to take the tokenizer from (default: $PYMTP_VOCAB_FILE, else "
                          "ggml-vocab-{qwen35,qwen2,deepseek-coder}.gguf of the llama.cpp tree)")
     ap.add_argument("--workers", type=int, default=None, help="threads drawing random payload (default: all)")
+    ap.add_argument("--split-head", type=Path, default=None, metavar="HEAD.gguf",
+                    help="move the MTP block into this head-only sidecar; OUT keeps the trunk alone "
+                         "(dense-27b: how a grafted head is laid out)")
     args = ap.parse_args(argv)
     shape = scaled(PRESETS[args.preset], args.scale)
     if args.n_layer is not None:
@@ -550,7 +571,21 @@ def main(argv: list[str] | None = None) -> int:
     dt = time.perf_counter() - t0
     size = path.stat().st_size
     print(f"{path}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / dt:.2f} GB/s)", file=sys.stderr)
+    if args.split_head is not None:
+        split_head(path, args.split_head)
+        print(f"{args.split_head}: the MTP block ({args.split_head.stat().st_size / 1e9:.2f} GB); {path}: the trunk",
+              file=sys.stderr)
     return 0
+
+
+def split_head(path: Path, head: Path) -> None:
+    """Move the MTP block of ``path`` into the head-only sidecar ``head`` (the trunk stays in ``path``)."""
+    from pymtp_devtools.tiny_dense import write_base_only, write_head_only
+
+    write_head_only(path, head)
+    trunk = path.with_name(path.name + ".trunk")
+    write_base_only(path, trunk)
+    trunk.replace(path)
 
 
 if __name__ == "__main__":

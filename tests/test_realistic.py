@@ -52,7 +52,13 @@ def test_file_layout_and_weight_statistics(small):
     # Q4_K_M's choices: Q6_K LM head, Q5_K DeltaNet qkv, Q4_K elsewhere, F32 norms and router
     assert tensors["output.weight"].tensor_type == Q.Q6_K
     assert tensors["token_embd.weight"].tensor_type == Q.Q4_K
-    assert tensors["blk.0.attn_qkv.weight"].tensor_type == Q.Q5_K
+    recurrent = shape.is_recurrent(0)
+    assert recurrent == (arch != "qwen3")                          # dense-27b: every layer full attention
+    if recurrent:
+        assert tensors["blk.0.attn_qkv.weight"].tensor_type == Q.Q5_K
+    else:                                                          # qwen3 attention: no output gate in Q
+        assert list(tensors["blk.0.attn_q.weight"].shape) == [shape.n_embd, shape.head_dim * shape.n_head]
+        assert "blk.0.ffn_norm.weight" in tensors and "blk.0.attn_post_norm.weight" not in tensors
     assert tensors["blk.0.attn_norm.weight"].tensor_type == Q.F32
     mtp = shape.n_layer
     assert f"blk.{mtp}.nextn.eh_proj.weight" in tensors
@@ -65,7 +71,7 @@ def test_file_layout_and_weight_statistics(small):
     # every random block dequantizes to zero-mean values of the planned std
     for name, std in (("blk.0.ffn_up.weight" if not shape.n_expert else "blk.0.ffn_up_shexp.weight",
                        1 / math.sqrt(shape.n_embd)),
-                      ("blk.0.attn_qkv.weight", 1 / math.sqrt(shape.n_embd)),
+                      ("blk.0.attn_qkv.weight" if recurrent else "blk.0.attn_k.weight", 1 / math.sqrt(shape.n_embd)),
                       (f"blk.{shape.full_attn_interval - 1}.attn_output.weight",
                        tm.TRUNK_OUT_SCALE / math.sqrt(shape.head_dim * shape.n_head))):
         a = _dequant(tensors[name])
@@ -110,7 +116,7 @@ def test_our_build_decodes_it_with_finite_logits_and_mtp(small):
 
 def test_full_presets_have_the_published_size():
     """Plans only (nothing written): parameter counts and Q4_K_M-like file sizes of the presets."""
-    expect = {"qwen35-27b": (27.3e9, 16.8e9), "qwen35moe-35b-a3b": (35.5e9, 21.7e9)}
+    expect = {"qwen35-27b": (27.3e9, 16.8e9), "qwen35moe-35b-a3b": (35.5e9, 21.7e9), "dense-27b": (24.7e9, 15.1e9)}
     for preset, (params, size) in expect.items():
         shape = rl.PRESETS[preset]
         plan = rl._Planner(shape).plan(np.ones(shape.n_vocab, dtype=np.int32))
@@ -127,3 +133,34 @@ def test_scaled_keeps_the_architecture():
         assert s.n_head % s.n_head_kv == 0 and s.ssm_dt_rank % s.ssm_n_group == 0
         assert s.n_expert >= s.n_expert_used
         assert rl.scaled(full, 1.0) == full
+
+
+def test_dense_twin_split_into_trunk_and_head_drafts_in_parallel(tmp_path):
+    """dense-27b --split-head: a trunk without MTP layers and a head-only sidecar that pymtp's dense
+    MTP graph loads; with mask rows added (bench/parallel_heads.py's widen, as issue 18's 27B run
+    does) the same block drafts k tokens in one MTP decode, where the sequential head runs k."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from parallel_heads import widen
+
+    base, head = tmp_path / "dense.gguf", tmp_path / "dense.mtp.gguf"
+    rl.make_realistic_model("dense-27b", base, scale=SCALE, n_vocab=N_VOCAB,
+                            vocab_file=tm.vocab_path(tm.DEFAULT_VOCAB), workers=2)
+    rl.split_head(base, head)
+    r = gguf.GGUFReader(base)
+    n_layer = rl.scaled(rl.PRESETS["dense-27b"], SCALE).n_layer
+    assert r.fields["qwen3.block_count"].contents() == n_layer and "qwen3.nextn_predict_layers" not in r.fields
+    assert all(t.name.startswith(f"blk.{n_layer}.") for t in gguf.GGUFReader(head).tensors)
+    par = widen(head, 4, tmp_path / "par.mtp.gguf")
+    opts = dict(n_ctx=256, n_batch=64, n_threads=2, n_gpu_layers=NGL)
+    with pymtp.Model(base, mtp="off", **opts) as off:
+        assert not off.mtp_enabled                                # the trunk alone has no MTP layers
+    for path, decodes_per_step in ((head, 4), (par, 1)):
+        with pymtp.Model(base, mtp="on", mtp_head=path, n_draft=4, **opts) as m:
+            m.set_synthetic_acceptance([1.0] * 4)
+            s = m.generate("Once upon a time", max_tokens=41).stats
+            steps = s.drafted_per_position[0]
+            assert steps > 0 and s.accepted_per_position == s.drafted_per_position   # every draft accepted
+            assert s.n_draft_decodes == decodes_per_step * steps, path.name
