@@ -6,7 +6,8 @@
 # The base travels in parts of <= ~45 MB (a call carries 64 MiB, the tree included): BASE=NAME
 # (default smol, the built-in model) names .dev/graft/NAME.partNN and .dev/graft/NAME.sha256. Every
 # call appends the parts it carries, in order; keep each next call within ~30 s of the previous one
-# (a machine left idle goes back, with the run):
+# (a machine left idle goes back, with the run; and any machine goes back 30 minutes after it started,
+# so the recipe must end within ~1650 s of the store call: bench/device/README.md):
 #
 #   call 1  carry [".dev/graft/lib", ".dev/graft/gguf-0.19.0-py3-none-any.whl", ".dev/graft/NAME.part00"]
 #           BASE=NAME STEP=store bash bench/device/graft_recipe.sh
