@@ -37,54 +37,27 @@ def generate(base: str, head: str, prompts: list, n: int, threads) -> tuple[list
 
 
 def native_argmax(base: str, head: str, seqs: list, threads) -> list:
-    """llama.cpp, teacher-forced: the MTP context fed (x_p, h_{p-1}) of each sequence; argmax per row."""
-    import numpy as np
+    """llama.cpp, teacher-forced (pymtp.graft.check.llama_cpp_head_rows): the head's argmax per row."""
+    from pymtp.graft.check import llama_cpp_head_rows
 
-    from pymtp._native import model_calls as mc
-    from pymtp._native import vocab as vocab_calls
-
-    model = mc.load_model(base, n_gpu_layers=0, load_mtp=True, mtp_head=head)
-    out = []
-    try:
-        n_embd = mc.model_n_embd(model)
-        n_vocab = vocab_calls.n_tokens(mc.model_vocab(model))
-        for prompt, gen in seqs:
-            seq = prompt + gen
-            h = mc.target_nextn_rows(model, seq, threads)
-            ctx = mc.new_context(model, len(seq), threads, mtp=True)
-            try:
-                mc.set_nextn_outputs(ctx, True, False)
-                mc.decode(ctx, seq, 0, np.vstack([np.zeros((1, n_embd), np.float32), h[:-1]]))
-                out.append(mc.logits_rows(ctx, len(seq), n_vocab).argmax(-1))
-            finally:
-                mc.free_context(ctx)
-    finally:
-        mc.free_model(model)
-    return out
+    ref = llama_cpp_head_rows(base, head, [p + g for p, g in seqs], 1, threads)
+    return [per_head[0][0].argmax(-1) for _, per_head in ref]
 
 
 def torch_argmax(base: str, head: str, seqs: list) -> tuple[list, list]:
-    """torch, teacher-forced as in training: (the head's argmax per row, the trunk's argmax per row)."""
-    import torch
-
+    """torch, teacher-forced as in training (pymtp.graft.check.torch_head_rows): (the head's argmax per
+    row, the trunk's argmax per row)."""
+    from pymtp.graft.check import torch_head_rows
     from pymtp.graft.gguf_weights import load_base
-    from pymtp.graft.torch_model import BaseModel, MTPHead, feature_layers, rope_tables
+    from pymtp.graft.torch_model import BaseModel, MTPHead
 
     bg = load_base(base, with_sha=False)
-    trunk, hp = BaseModel(bg), bg.hparams
-    mtp = MTPHead.from_gguf(hp, head)
-    taps = feature_layers(hp.n_layer) if mtp.features else ()
+    trunk, mtp = BaseModel(bg), MTPHead.from_gguf(bg.hparams, head)
     heads, trunks = [], []
-    with torch.no_grad():
-        for prompt, gen in seqs:
-            x = torch.tensor([prompt + gen])
-            rows = trunk(x, taps)
-            trunks.append(trunk.logits(rows[..., :hp.n_embd])[0].argmax(-1).numpy())
-            h = mtp.fuse(rows)
-            cos, sin = rope_tables(torch.arange(x.shape[1]), hp.n_rot, hp.rope_base, hp.rope_freq_scale,
-                                   trunk.rope_freqs)
-            out, _ = mtp(trunk.tok_embd[x], torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1), cos, sin)
-            heads.append(trunk.logits(out)[0].argmax(-1).numpy())
+    for p, g in seqs:
+        _, trunk_logits, outs = torch_head_rows(trunk, [mtp], p + g)
+        heads.append(outs[0][0].argmax(-1))
+        trunks.append(trunk_logits.argmax(-1))
     return heads, trunks
 
 

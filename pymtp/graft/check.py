@@ -106,34 +106,16 @@ def compare_trunk(path, prompts=DEFAULT_PROMPTS, n_threads: int | None = None, s
             "argmax_agreement": agree / total, "mean_kl": kl_sum / total, "per_sequence": rows}
 
 
-def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int | None = None,
-                 seqs=None) -> dict:
-    """Torch vs llama.cpp on a grafted head: the target context's h_p (what the engine feeds the
-    head; a feature head's fusion of h_p and the trunk features), then the MTP context fed the
-    teacher-forced pairs (x_p, h_{p-1}) of each sequence: its logits and output hidden state. Needs a
-    build with the dense MTP graph (native/models/dense-mtp.cpp); the head is loaded as a sidecar
-    (llama_model_load_from_file_with_mtp_head).
-
-    With N > 1 heads in the file every head is compared (see the module docstring): the top-level
-    numbers are the worst over the heads, ``per_head`` has each head's own."""
-    import torch
-
-    import pymtp
+def llama_cpp_head_rows(base_path, head_path, seqs: list[list[int]], n_heads: int = 1,
+                        n_threads: int | None = None) -> list:
+    """llama.cpp, teacher-forced, for each token sequence: (the target's h_p rows [T, D]: what the engine
+    feeds the head, a feature head's fusion included; [(logits [T, V], output hidden [T, D]) per head]).
+    The head is loaded as a sidecar (llama_model_load_from_file_with_mtp_head); head j runs in its own
+    MTP context (its own KV) fed (x_p, g_{j-1}(p-1)), g_{-1} = h."""
     from pymtp._native import model_calls as mc
     from pymtp._native import vocab as vocab_calls
 
-    from .gguf_weights import load_base
-    from .torch_model import BaseModel, MTPHead, feature_layers, rope_tables
-
-    base_path, head_path = Path(base_path), Path(head_path)
-    if seqs is None:
-        with pymtp.Model(base_path, mtp="off", n_ctx=512, n_threads=n_threads) as model:
-            seqs = prompt_tokens(model, prompts)
-    from pymtp.gguf_meta import read_info
-
-    n_heads = max(1, read_info(head_path).n_mtp_layers)
-    # the head is loaded as a sidecar (llama_model_load_from_file_with_mtp_head)
-    model = mc.load_model(base_path, n_gpu_layers=0, load_mtp=True, mtp_head=head_path)
+    model = mc.load_model(Path(base_path), n_gpu_layers=0, load_mtp=True, mtp_head=Path(head_path))
     if not model:
         raise RuntimeError(f"llama.cpp could not load the head: {mc.last_log_lines()}")
     try:
@@ -144,52 +126,84 @@ def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int |
             h = mc.target_nextn_rows(model, seq, n_threads)
             per_head, g = [], h
             for j in range(n_heads):
-                # head j, its own MTP context (its own KV): (x_p, g_{j-1}(p-1)), g_{-1} = h
                 mctx = mc.new_context(model, len(seq), n_threads, mtp=True)
                 try:
                     mc.set_nextn_outputs(mctx, True, False)
                     if n_heads > 1:
                         mc.set_nextn_layer(mctx, j)
-                    g_in = np.vstack([np.zeros((1, n_embd), np.float32), g[:-1]])
-                    mc.decode(mctx, seq, 0, g_in)
-                    logits = mc.logits_rows(mctx, len(seq), n_vocab)
+                    mc.decode(mctx, seq, 0, np.vstack([np.zeros((1, n_embd), np.float32), g[:-1]]))
                     g = mc.nextn_rows(mctx, len(seq), n_embd)
-                    per_head.append((logits, g))
+                    per_head.append((mc.logits_rows(mctx, len(seq), n_vocab), g))
                 finally:
                     mc.free_context(mctx)
             ref.append((h, per_head))
     finally:
         mc.free_model(model)
+    return ref
 
+
+def torch_head_rows(base, heads: list, seq: list[int]) -> tuple:
+    """torch, teacher-forced as training runs it, over one token sequence: (the head's input h_p rows
+    [T, D] (a feature head fuses the trunk features into it, torch_model.MTPHead.fuse), the trunk's own
+    logits [T, V], [(logits [T, V], output hidden [T, D]) per head]); numpy arrays. ``heads``: the
+    MTPHead chain (head j fed head j-1's output of the row before)."""
+    import torch
+
+    from .torch_model import feature_layers, rope_tables
+
+    hp = base.hp
+    taps = feature_layers(hp.n_layer) if heads[0].features else ()
+    with torch.no_grad():
+        x = torch.tensor([seq])
+        rows = base(x, taps)
+        trunk_logits = base.logits(rows[..., :hp.n_embd])[0].numpy()
+        h = heads[0].fuse(rows)
+        cos, sin = rope_tables(torch.arange(len(seq)), hp.n_rot, hp.rope_base, hp.rope_freq_scale, base.rope_freqs)
+        g, outs = h, []
+        for head in heads:
+            g, _ = head(base.tok_embd[x], torch.cat([torch.zeros_like(g[:, :1]), g[:, :-1]], dim=1), cos, sin)
+            outs.append((base.logits(g)[0].numpy(), g[0].numpy()))
+    return h[0].numpy(), trunk_logits, outs
+
+
+def compare_head(base_path, head_path, prompts=DEFAULT_PROMPTS, n_threads: int | None = None,
+                 seqs=None) -> dict:
+    """Torch vs llama.cpp on a grafted head: the target context's h_p (what the engine feeds the
+    head; a feature head's fusion of h_p and the trunk features), then the MTP context fed the
+    teacher-forced pairs (x_p, h_{p-1}) of each sequence: its logits and output hidden state. Needs a
+    build with the dense MTP graph (native/models/dense-mtp.cpp); the head is loaded as a sidecar
+    (llama_model_load_from_file_with_mtp_head).
+
+    With N > 1 heads in the file every head is compared (see the module docstring): the top-level
+    numbers are the worst over the heads, ``per_head`` has each head's own."""
+    import pymtp
+
+    from .gguf_weights import load_base
+    from .torch_model import BaseModel, MTPHead
+
+    base_path, head_path = Path(base_path), Path(head_path)
+    if seqs is None:
+        with pymtp.Model(base_path, mtp="off", n_ctx=512, n_threads=n_threads) as model:
+            seqs = prompt_tokens(model, prompts)
+    from pymtp.gguf_meta import read_info
+
+    n_heads = max(1, read_info(head_path).n_mtp_layers)
+    ref = llama_cpp_head_rows(base_path, head_path, seqs, n_heads, n_threads)
     base_g = load_base(base_path, with_sha=False)
     base = BaseModel(base_g)
-    hp = base_g.hparams
-    heads = [MTPHead.from_gguf(hp, head_path, index=j) for j in range(n_heads)]
-    # a feature head: the target publishes its fusion of h and the trunk features (torch_model.MTPHead.fuse)
-    taps = feature_layers(hp.n_layer) if heads[0].features else ()
+    heads = [MTPHead.from_gguf(base_g.hparams, head_path, index=j) for j in range(n_heads)]
     per = [{"max_abs_diff_mtp_logits": 0.0, "max_abs_diff_mtp_hidden": 0.0, "agree": 0}
            for _ in range(n_heads)]
     res = {"max_abs_diff_target_hidden": 0.0, "n_tokens": 0, "n_heads": n_heads,
            "loaded_as": "sidecar"}
-    with torch.no_grad():
-        for seq, (h_ref, heads_ref) in zip(seqs, ref):
-            x = torch.tensor([seq])
-            h = heads[0].fuse(base(x, taps))
-            cos, sin = rope_tables(torch.arange(len(seq)), hp.n_rot, hp.rope_base, hp.rope_freq_scale,
-                                   base.rope_freqs)
-            res["max_abs_diff_target_hidden"] = max(res["max_abs_diff_target_hidden"],
-                                                    float(np.abs(h[0].numpy() - h_ref).max()))
-            g = h
-            for head, st, (l_ref, o_ref) in zip(heads, per, heads_ref):
-                g_prev = torch.cat([torch.zeros_like(g[:, :1]), g[:, :-1]], dim=1)
-                g, _ = head(base.tok_embd[x], g_prev, cos, sin)
-                logits = base.logits(g)[0].numpy()
-                out = g[0].numpy()
-                st["max_abs_diff_mtp_logits"] = max(st["max_abs_diff_mtp_logits"],
-                                                    float(np.abs(logits - l_ref).max()))
-                st["max_abs_diff_mtp_hidden"] = max(st["max_abs_diff_mtp_hidden"], float(np.abs(out - o_ref).max()))
-                st["agree"] += int((logits.argmax(-1) == l_ref.argmax(-1)).sum())
-            res["n_tokens"] += len(seq)
+    for seq, (h_ref, heads_ref) in zip(seqs, ref):
+        h, _, outs = torch_head_rows(base, heads, seq)
+        res["max_abs_diff_target_hidden"] = max(res["max_abs_diff_target_hidden"], float(np.abs(h - h_ref).max()))
+        for (logits, out), st, (l_ref, o_ref) in zip(outs, per, heads_ref):
+            st["max_abs_diff_mtp_logits"] = max(st["max_abs_diff_mtp_logits"], float(np.abs(logits - l_ref).max()))
+            st["max_abs_diff_mtp_hidden"] = max(st["max_abs_diff_mtp_hidden"], float(np.abs(out - o_ref).max()))
+            st["agree"] += int((logits.argmax(-1) == l_ref.argmax(-1)).sum())
+        res["n_tokens"] += len(seq)
     n = max(res["n_tokens"], 1)
     per_head = [{"head": j, "max_abs_diff_mtp_logits": st["max_abs_diff_mtp_logits"],
                  "max_abs_diff_mtp_hidden": st["max_abs_diff_mtp_hidden"],
