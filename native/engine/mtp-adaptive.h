@@ -7,7 +7,8 @@
 //   cost        per sequence of a target batch: T(n), the target decode (and sampling) when this sequence
 //               puts n tokens in the batch, one table per load (sequences in the batch; the engine's own
 //               loop is load 1, llama-server reports its busy slots); D, one draft decode; W, the MTP
-//               catch-up after a step that accepted drafts;
+//               catch-up after a step that accepted drafts (own loop: what those rows add to the next
+//               draft decode, which writes them ahead of its own row);
 //   acceptance  per draft mode and position, P(draft i accepted | drafts before it accepted) (a position
 //               seldom reached leans on the one before it), and the same per bucket of the head's own
 //               confidence: the top probability of q, or the softmax top of the MTP logits (greedy

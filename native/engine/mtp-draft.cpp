@@ -122,6 +122,10 @@ int32_t llama_mtp::draft_at(llama_pos p0, llama_token tok0, const float * h0, in
     if (k <= 0) {
         return LLAMA_MTP_OK;
     }
+    // the queued entries: in the first draft decode (ahead of its rows) or written apart first
+    if (const int32_t rc = write_unless_ahead(p0, n_par > 1 ? std::min(k, n_par) : 1); rc != LLAMA_MTP_OK) {
+        return rc;
+    }
     const auto      t0   = mtp::clock_type::now();
     llama_sampler * path = draft_path(smpl);
     const int32_t   rc = multi() ? draft_multi(p0, tok0, h0, k, path) : draft_single(p0, tok0, h0, k, path, keep_first);
@@ -143,6 +147,11 @@ int32_t llama_mtp::draft_single(llama_pos p0, llama_token tok0, const float * h0
     for (int32_t i = 0; i < k; ++i) {
         const auto t0 = mtp::clock_type::now();
         llama_batch_ext_clear(batch_mtp);
+        const int32_t row = i == 0 ? queue_ahead() : 0; // the draft row's index: after the queued entries
+        if (row < 0) {
+            rc = LLAMA_MTP_ERR_ARG;
+            break;
+        }
         if (!mtp::batch_add(batch_mtp, params.seq_id, tok, p0 + i, h_draft.data(), n_embd, true)) {
             rc = LLAMA_MTP_ERR_ARG;
             break;
@@ -153,12 +162,12 @@ int32_t llama_mtp::draft_single(llama_pos p0, llama_token tok0, const float * h0
         }
         stats.n_draft_decodes++;
 
-        tok = choose_draft(path, ctx_mtp, 0, i);
-        ctrl.timed_draft(mtp::ms_since(t0));
+        tok = choose_draft(path, ctx_mtp, row, i);
+        timed_draft_decode(row, mtp::ms_since(t0));
         if (!take_draft(tok, i)) {
             break;
         }
-        const float * h = llama_get_embeddings_nextn_ith(ctx_mtp, 0);
+        const float * h = llama_get_embeddings_nextn_ith(ctx_mtp, row);
         std::memcpy(h_draft.data(), h, sizeof(float) * n_embd);
     }
     truncate_mtp_to(keep_first ? p0 + 1 : p0);
@@ -183,8 +192,9 @@ int32_t llama_mtp::draft_parallel(llama_pos p0, llama_token tok0, const float * 
             row[e] = h0[e] + m[e];
         }
     }
-    int32_t rc = LLAMA_MTP_OK;
     llama_batch_ext_clear(batch_mtp);
+    const int32_t row0 = queue_ahead(); // the pass's first row in the batch: after the queued entries
+    int32_t       rc   = row0 < 0 ? LLAMA_MTP_ERR_ARG : LLAMA_MTP_OK;
     for (int32_t i = 0; i < n && rc == LLAMA_MTP_OK; ++i) {
         if (!mtp::batch_add(batch_mtp, params.seq_id, tok0, p0 + i, par_h.data() + (size_t) i * n_embd, n_embd, true)) {
             rc = LLAMA_MTP_ERR_ARG;
@@ -196,9 +206,9 @@ int32_t llama_mtp::draft_parallel(llama_pos p0, llama_token tok0, const float * 
     if (rc == LLAMA_MTP_OK) {
         stats.n_draft_decodes++;
         for (int32_t i = 0; i < n; ++i) {
-            const llama_token tok = choose_draft(path, ctx_mtp, i, i);
+            const llama_token tok = choose_draft(path, ctx_mtp, row0 + i, i);
             if (i == 0) {
-                ctrl.timed_draft(mtp::ms_since(t0)); // the whole pass: the controller's draft cost
+                timed_draft_decode(row0, mtp::ms_since(t0)); // the whole pass: the controller's draft cost
             }
             if (!take_draft(tok, i)) {
                 break;
@@ -207,6 +217,19 @@ int32_t llama_mtp::draft_parallel(llama_pos p0, llama_token tok0, const float * 
     }
     truncate_mtp_to(keep_first ? p0 + 1 : p0);
     return rc;
+}
+
+void llama_mtp::timed_draft_decode(int32_t n_ahead, double ms) {
+    if (!ctrl.on()) {
+        return; // a fixed length (or the warm-up, before the controller is set): nothing to learn
+    }
+    if (n_ahead == 0) {
+        ctrl.timed_draft(ms);
+    } else if (n_ahead <= mtp::controller::K && ctrl.draft.n > 0) {
+        // a verified step's entries written ahead of the draft row: what they add is the controller's W
+        // (the catch-up it charges a step that accepts), the draft decode itself costs D as before
+        ctrl.timed_catchup(n_ahead + 1, std::max(0.0, ms - ctrl.draft.v));
+    } // more rows (deferred while plain decoding led) go untimed, as their separate write did
 }
 
 void llama_mtp::init_parallel() {

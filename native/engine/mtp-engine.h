@@ -236,8 +236,14 @@ struct llama_mtp {
     // the target decodes toks[0..n) at positions p0..; logits for all rows or only the last
     int32_t        decode_target(const llama_token * toks, int32_t n, llama_pos p0, bool all_logits, bool last_logits);
     // own loop: after a target decode of toks at p0.., write their MTP entries (or queue them while the
-    // controller defers the catch-up)
-    int32_t        catch_up(const llama_token * toks, int32_t n, llama_pos p0);
+    // controller defers the catch-up). for_draft: a verified step's entries, which a single head's next draft
+    // decode writes ahead of its own row (queue_ahead): one MTP decode a step instead of two
+    int32_t        catch_up(const llama_token * toks, int32_t n, llama_pos p0, bool for_draft = false);
+    // Before a draft decode of n_after rows from p0: the queued entries are written now unless that decode can
+    // write them ahead of its rows (they end at p0 - 1, one decode holds them all, one head)
+    int32_t        write_unless_ahead(llama_pos p0, int32_t n_after);
+    // then, on the cleared batch_mtp: the queued entries as its first rows; how many (-1: the batch is full)
+    int32_t        queue_ahead();
     // write the entries deferred while plain decoding led: the MTP KV must be complete before a draft
     int32_t        flush_deferred();
     // the MTP side sleeps (queue, hidden rows and MTP KV dropped; nothing observed is kept) and wakes (the
@@ -289,6 +295,8 @@ struct llama_mtp {
     // draft i (from choose_draft) joins `drafts` when it exists and the controller keeps it; whether
     // drafting goes on (false: none left, cut, an end-of-generation token, or the next does not pay)
     bool            take_draft(llama_token tok, int32_t i);
+    // a draft decode's time for the controller; n_ahead: queued entries it wrote before its own rows
+    void            timed_draft_decode(int32_t n_ahead, double ms);
     void            set_backend_greedy(bool on);
 
     // The tokens that draft rows of ctx can hold, found from its first row: a head with a draft vocabulary

@@ -4,9 +4,10 @@
 // (zeros before position 0). Every path writes it the same way: the target decodes some tokens,
 // observe() queues their entries (the first one paired with the previous decode's last row) and
 // keeps the decode's hidden rows, and write_queued() writes the queue in as few MTP decodes as fit a
-// batch, then lets the other heads write the same positions (cascade). The engine's own loop
-// (prefill chunks, verified steps) writes at once; llama-server batches every slot's entries into
-// one MTP decode, or defers them while it is not drafting.
+// batch, then lets the other heads write the same positions (cascade). The engine's own loop writes
+// prefill chunks and plain steps' entries at once, and a drafting step's in its next draft decode, ahead
+// of the draft row (write_unless_ahead, queue_ahead; one head); llama-server batches every slot's
+// entries into one MTP decode, or defers them while it is not drafting.
 
 #include "mtp-engine.h"
 
@@ -111,7 +112,7 @@ int32_t llama_mtp::write_queued(const std::vector<llama_mtp *> & engines) {
     return LLAMA_MTP_OK;
 }
 
-int32_t llama_mtp::catch_up(const llama_token * toks, int32_t n, llama_pos p0) {
+int32_t llama_mtp::catch_up(const llama_token * toks, int32_t n, llama_pos p0, bool for_draft) {
     if (ctx_mtp == nullptr || n <= 0 || ctrl.asleep) {
         return LLAMA_MTP_OK; // asleep: no hidden states to pair, nothing kept (the MTP KV restarts on waking)
     }
@@ -120,6 +121,9 @@ int32_t llama_mtp::catch_up(const llama_token * toks, int32_t n, llama_pos p0) {
     if (defers()) {
         ctrl.n_deferred += n;
         return LLAMA_MTP_OK; // written in one batch before the next draft (or once the queue is full)
+    }
+    if (for_draft && !multi() && queue.size() < mtp::controller::QUEUE) {
+        return LLAMA_MTP_OK; // the next draft decode writes them ahead of its row (queue_ahead)
     }
     const int32_t rc = write_queued({ this });
     stats.t_catchup_ms += mtp::ms_since(t0);
@@ -155,6 +159,30 @@ void llama_mtp::wake() {
     }
     hidden_output(ctx_tgt, true);
     ctrl.woke();
+}
+
+int32_t llama_mtp::write_unless_ahead(llama_pos p0, int32_t n_after) {
+    if (queue.empty()) {
+        return LLAMA_MTP_OK;
+    }
+    align_queue();
+    const size_t cap = std::max<uint32_t>(1, llama_n_batch(ctx_mtp));
+    if (multi() || queue.empty() || queue.pos.back() != p0 - 1 || queue.size() + (size_t) n_after > cap) {
+        return flush_deferred();
+    }
+    return LLAMA_MTP_OK;
+}
+
+int32_t llama_mtp::queue_ahead() {
+    for (size_t e = 0; e < queue.size(); ++e) {
+        if (!mtp::batch_add(batch_mtp, params.seq_id, queue.tok[e], queue.pos[e], queue.h.data() + e * n_embd, n_embd,
+                            false)) {
+            return -1;
+        }
+    }
+    const int32_t n = (int32_t) queue.size();
+    queue.clear();
+    return n;
 }
 
 int32_t llama_mtp::flush_deferred() {
