@@ -100,6 +100,10 @@ struct row_queue {
         h.erase(h.begin(), h.begin() + n * (size_t) n_embd);
     }
     void clear() { keep_first(0); }
+    // entry e as a row of batch (written, no output)
+    bool add_to(llama_batch_ext * batch, llama_seq_id seq, size_t e) const {
+        return batch_add(batch, seq, tok[e], pos[e], h.data() + e * (size_t) n_embd, n_embd, false);
+    }
 };
 
 // Output states g_j(p) of one head at its most recent positions: the input of head j+1 at p+1.

@@ -82,9 +82,7 @@ int32_t llama_mtp::write_queued(const std::vector<llama_mtp *> & engines) {
             llama_mtp *  m  = engines[j];
             const size_t e0 = next[j];
             for (; next[j] < m->queue.size() && n_rows < cap; ++next[j], ++n_rows) {
-                const size_t e = next[j];
-                if (!mtp::batch_add(m0->batch_mtp, m->params.seq_id, m->queue.tok[e], m->queue.pos[e],
-                                    m->queue.h.data() + e * m->n_embd, m->n_embd, false)) {
+                if (!m->queue.add_to(m0->batch_mtp, m->params.seq_id, next[j])) {
                     return LLAMA_MTP_ERR_ARG;
                 }
             }
@@ -175,8 +173,7 @@ int32_t llama_mtp::write_unless_ahead(llama_pos p0, int32_t n_after) {
 
 int32_t llama_mtp::queue_ahead() {
     for (size_t e = 0; e < queue.size(); ++e) {
-        if (!mtp::batch_add(batch_mtp, params.seq_id, queue.tok[e], queue.pos[e], queue.h.data() + e * n_embd, n_embd,
-                            false)) {
+        if (!queue.add_to(batch_mtp, params.seq_id, e)) {
             return -1;
         }
     }
