@@ -57,3 +57,24 @@ def test_mtp_cache_equals_a_fresh_replay(single_head_path):
     ftoks, flogits = fresh_peek(open_model(single_head_path, n_draft=K), seq, K)
     assert toks == ftoks
     assert float(np.abs(np.asarray(logits) - np.asarray(flogits)).max()) < 0.02
+
+
+@pytest.mark.parametrize("cut", [None, -5], ids=["extended", "cut-back"])
+def test_rows_a_generation_leaves_waiting_meet_the_next_prefill(single_head_path, cut):
+    """A generation ends with its last drafting step's rows still queued. The next prompt either extends
+    what the engine holds (the prefill writes them with its own rows) or is cut back inside them (they
+    are dropped): either way the MTP cache then equals a fresh engine's that prefilled the same prompt."""
+    from pymtp._native import llama as L
+
+    with open_model(single_head_path, n_draft=K) as m:
+        m.set_synthetic_acceptance([1.0] * K)
+        out = m.generate(PROMPT_TOKENS, max_tokens=41)  # 1 + 10 steps of 4: the last step accepted all
+        assert out.stats.n_accepted == out.stats.n_drafted > 0
+        held = held_tokens(out)
+        prompt = held + [7, 8, 9] if cut is None else held[:cut]
+        arr = (L.llama_token * len(prompt))(*prompt)
+        assert m.rt.lib.llama_mtp_prefill(m.rt.engine, arr, len(prompt)) == 0
+        toks, logits = m.rt.peek_draft(K, id_last=PROMPT_TOKENS[0])
+    ftoks, flogits = fresh_peek(open_model(single_head_path, n_draft=K), prompt + [PROMPT_TOKENS[0]], K)
+    assert toks == ftoks
+    assert float(np.abs(np.asarray(logits) - np.asarray(flogits)).max()) < 0.02
