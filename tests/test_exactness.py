@@ -131,3 +131,50 @@ def test_chain_draft_beats_greedy_under_penalty(tiny_model_path):
         g = m.generate("A B C D E F", draft="greedy", **kw).stats
         c = m.generate("A B C D E F", draft="chain", **kw).stats
         assert c.acceptance_rate >= g.acceptance_rate
+
+
+# ---- chain/stochastic drafts from candidates the backend chose (mtp-draft.cpp, mtp-top-k): 128 ids and logits
+# come back instead of the row where the MTP context decodes on a GPU; PYMTP_DRAFT_ON_BACKEND=1 takes that path
+# on this CPU, =0 the host's chain over the whole row.
+
+def _stochastic_runs(path, backend: str, monkeypatch, seeds, **kw):
+    import pymtp
+
+    monkeypatch.setenv("PYMTP_DRAFT_ON_BACKEND", backend)   # read when the engine is made
+    with pymtp.Model(path, n_ctx=256, n_batch=32, n_threads=1, mtp="on", n_draft=3) as m:
+        outs = [m.generate(PROMPT, seed=s, draft="stochastic", **kw) for s in seeds]
+    return [o.tokens for o in outs], sum(o.stats.n_accepted for o in outs)
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.3])
+def test_backend_candidates_give_the_hosts_q(tiny_model_path, monkeypatch, penalty):
+    """Where the request's chain keeps at most its top-k (8 here) of 128 candidates, q is the same distribution as
+    the host's chain over the whole row gives: the same seeds draw the same drafts, accept the same ones and emit
+    the same tokens."""
+    kw = dict(max_tokens=40, temperature=0.9, top_k=8, top_p=0.95, repeat_penalty=penalty)
+    path = tiny_model_path("glm4moe")
+    host = _stochastic_runs(path, "0", monkeypatch, range(6), **kw)
+    backend = _stochastic_runs(path, "1", monkeypatch, range(6), **kw)
+    assert backend[1] > 0
+    assert backend == host
+
+
+def test_backend_candidates_stay_exact_when_q_is_cut(tiny_model_path, monkeypatch):
+    """With no top-k in the chain, q over the 128 candidates is not the host's q over the whole row, and rejection
+    sampling is exact for it all the same: the joint law of the first tokens equals plain sampling."""
+    import pymtp
+
+    kw = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    path = tiny_model_path("glm4moe")
+    n = 10_000
+    with pymtp.Model(path, n_ctx=256, n_batch=32, n_threads=1, mtp="off") as off:
+        plain = sample_joint(off, n, 1_000_000, **kw)
+    monkeypatch.setenv("PYMTP_DRAFT_ON_BACKEND", "1")
+    with pymtp.Model(path, n_ctx=256, n_batch=32, n_threads=1, mtp="on", n_draft=3) as on:
+        spec = sample_joint(on, n, 2_000_000, draft="stochastic", **kw)
+    p = homogeneity_p(plain, spec)
+    assert p > 0.01, f"drafts from the backend's candidates changed the output distribution (chi-square p = {p:.2e})"
+    # and that q was cut: the host's whole-row q accepts differently at the same seeds
+    seeds = range(200)
+    assert _stochastic_runs(path, "1", monkeypatch, seeds, max_tokens=4, **kw)[1] != \
+        _stochastic_runs(path, "0", monkeypatch, seeds, max_tokens=4, **kw)[1]

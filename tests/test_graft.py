@@ -659,6 +659,24 @@ def test_trimmed_head_stochastic_drafting_is_exact(grafted, tiny_llama, tmp_path
     assert homogeneity_p(plain, drafted) > 1e-3
 
 
+def test_trimmed_head_backend_candidates_map_to_tokens(grafted, tiny_llama, tmp_path, monkeypatch):
+    """A stochastic draft from the backend's candidates (mtp-top-k) over a draft vocabulary of 24 scores takes all of
+    them, mapped through d2t: the same q as the host's chain over the row, so the same seeds emit the same tokens
+    and accept the same drafts."""
+    import pymtp
+
+    trimmed, _, _ = _trimmed(grafted, tiny_llama, tmp_path, n=24)
+    runs = []
+    for backend in ("0", "1"):
+        monkeypatch.setenv("PYMTP_DRAFT_ON_BACKEND", backend)   # read when the engine is made
+        with pymtp.Model(tiny_llama, mtp="on", mtp_head=trimmed, n_draft=3, n_ctx=128, n_threads=1) as m:
+            outs = [m.generate("The quick brown", max_tokens=24, temperature=1.0, seed=s, draft="stochastic")
+                    for s in range(6)]
+        runs.append(([o.tokens for o in outs], sum(o.stats.n_accepted for o in outs)))
+    assert runs[1][1] > 0
+    assert runs[1] == runs[0]
+
+
 def test_pymtp_trim_cli(grafted, tiny_llama, tmp_path, capsys):
     from pymtp.graft.tokenizer import Tokenizer
 

@@ -43,6 +43,10 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
         m->k_max = std::min<int32_t>(LLAMA_MTP_MAX_DRAFT, (int32_t) llama_n_rs_seq(ctx_tgt));
     }
 
+    // the target's rows sampled where it decodes (llama_mtp_verify_on_backend, llama_mtp_set_target_sampling);
+    // PYMTP_VERIFY_ON_HOST=1: never (A/B runs); PYMTP_VERIFY_ON_BACKEND=1: on any backend (tests on the CPU)
+    m->rows_on_backend = std::getenv("PYMTP_VERIFY_ON_HOST") == nullptr &&
+                         (std::getenv("PYMTP_VERIFY_ON_BACKEND") != nullptr || mtp::decodes_on_gpu(model));
     if (ctx_mtp != nullptr) {
         if (llama_model_n_embd_out(llama_get_model(ctx_mtp)) != m->n_embd ||
             (int32_t) llama_n_ctx(ctx_mtp) < m->n_ctx) {
@@ -55,10 +59,11 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
         if (const char * trace = std::getenv("PYMTP_ADAPTIVE_TRACE"); trace != nullptr && *trace) {
             m->ctrl.trace = std::fopen(trace, "a"); // diagnosis (mtp-adaptive.h); NULL: not traced
         }
-        // tests (mtp-draft.cpp, draft_path): "0" the host's argmax everywhere, anything else the backend's
+        // tests (mtp-draft.cpp, wanted_backend_draft): "0" the host takes every draft row, anything else the backend
+        // samples them on a CPU too
         if (const char * env = std::getenv("PYMTP_DRAFT_ON_BACKEND"); env != nullptr) {
-            m->backend_greedy_off = std::strcmp(env, "0") == 0;
-            m->par_on_backend     = !m->backend_greedy_off;
+            m->backend_draft_off = std::strcmp(env, "0") == 0;
+            m->draft_on_backend  = !m->backend_draft_off;
         }
         llama_mtp::hidden_output(ctx_tgt, true);
         llama_set_embeddings_nextn(ctx_mtp, true, /*masked*/ true);
@@ -82,7 +87,8 @@ void llama_mtp_free(llama_mtp * mtp) {
     for (size_t j = 1; j < mtp->head_batch.size(); ++j) {
         llama_batch_ext_free(mtp->head_batch[j]);
     }
-    mtp->set_backend_greedy(false); // the contexts outlive the engine
+    mtp->set_backend_draft(mtp::backend_pick::none); // the contexts outlive the engine
+    mtp->set_target_pick(mtp::backend_pick::none);
     if (mtp->ctx_mtp != nullptr && !mtp->ctrl.asleep) {
         llama_mtp::hidden_output(mtp->ctx_tgt, false);
     }
@@ -286,6 +292,9 @@ int32_t llama_mtp_step_logprobs(llama_mtp * m, int32_t i, int32_t n_top, float *
     if (i < 0 || i >= (int32_t) m->step_out.size()) {
         return LLAMA_MTP_ERR_ARG;
     }
+    if (m->target_kind != mtp::backend_pick::none) {
+        return LLAMA_MTP_ERR_STATE; // the rows stayed where they were sampled (llama_mtp_set_target_sampling)
+    }
     // a step's token i came from row i of its verify decode; the first token after a prefill (the step
     // that only sampled) from the prefill's last row
     const float * row = llama_get_logits_ith(m->ctx_tgt, m->step_sampled_only ? -1 : i);
@@ -390,6 +399,10 @@ void llama_mtp_set_realized_share(llama_mtp * m, double share) {
 
 int32_t llama_mtp_warmed_sizes(const llama_mtp * m) {
     return m ? m->n_warmed : 0;
+}
+
+int32_t llama_mtp_target_sampling(const llama_mtp * m) {
+    return m ? (int32_t) m->target_kind : 0;
 }
 
 int32_t llama_mtp_n_past(const llama_mtp * mtp) {
@@ -648,10 +661,14 @@ int32_t llama_mtp_verify(llama_mtp * m, llama_sampler * chain, int32_t row0, int
 }
 
 bool llama_mtp_verify_on_backend(const llama_mtp * m) {
-    // PYMTP_VERIFY_ON_HOST=1: never (A/B runs); PYMTP_VERIFY_ON_BACKEND=1: on any backend (tests on the CPU)
-    static const bool on_host = std::getenv("PYMTP_VERIFY_ON_HOST") != nullptr;
-    static const bool forced  = std::getenv("PYMTP_VERIFY_ON_BACKEND") != nullptr;
-    return m != nullptr && !on_host && (m->ctrl.graphs || forced);
+    return m != nullptr && m->ctx_mtp != nullptr && m->rows_on_backend;
+}
+
+void llama_mtp_set_target_sampling(llama_mtp * m, llama_sampler * chain, bool rows_needed) {
+    if (m == nullptr) {
+        return;
+    }
+    m->set_target_pick(m->rows_on_backend && !rows_needed ? mtp::chain_pick(chain) : mtp::backend_pick::none);
 }
 
 void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, double ms) {

@@ -32,6 +32,18 @@ void mtp_dist::from_chain(llama_sampler * chain, const float * logits, int32_t n
             cand[i] = llama_token_data{ i, logits[i], 0.0f };
         }
     }
+    apply_chain(chain);
+}
+
+void mtp_dist::from_candidates(llama_sampler * chain, const llama_token * ids, const float * logits, int32_t n) {
+    cand.resize(std::max(0, n));
+    for (int32_t i = 0; i < n; ++i) {
+        cand[i] = llama_token_data{ ids[i], logits[i], 0.0f };
+    }
+    apply_chain(chain);
+}
+
+void mtp_dist::apply_chain(llama_sampler * chain) {
     llama_token_data_array arr = { cand.data(), cand.size(), -1, false };
 
     const char *  selector = mtp_chain_selector(chain);

@@ -20,10 +20,15 @@ struct mtp_dist {
     // tokens are candidates (the others' logits are -inf), else the whole vocabulary
     void from_chain(llama_sampler * chain, const float * logits, int32_t n_vocab, const int32_t * ids = nullptr,
                     int32_t n_ids = 0);
+    // the same from n candidates given as (ids[i], logits[i]) pairs: every other token's logit is -inf
+    void from_candidates(llama_sampler * chain, const llama_token * ids, const float * logits, int32_t n);
 
     float       prob(llama_token id) const; // 0 for a token that did not survive
     llama_token argmax() const;
     llama_token sample(std::mt19937 & rng) const;
+
+  private:
+    void apply_chain(llama_sampler * chain); // the chain's samplers on cand, then the softmax
 };
 
 // The selector at the end of a chain: "dist" (stochastic), "greedy", or nullptr.

@@ -4,7 +4,6 @@
 // advanced along the draft path only) on the MTP logits, then its top (chain) or a draw from it (stochastic). Drafting
 // never touches the target context or the caller's sampler.
 
-#include "draft-vocab.h"
 #include "mtp-engine.h"
 
 #include <algorithm>
@@ -25,90 +24,6 @@ float top_prob(const float * logits, int32_t n_vocab, float max_logit) {
     }
     return (float) (1.0 / sum);
 }
-
-// The greedy draft as a backend sampler: the argmax of the MTP logits and its softmax probability
-// (the head's confidence), computed where the logits are; only the token and this one float come
-// back to the host (not the logits row). With a draft vocabulary both are taken over its N scores,
-// the argmax mapped through d2t: the same token (d2t is in token order, so a tie too goes to the
-// first) and the same probability as over the whole-vocabulary row, which then is never built (its other entries are
-// -inf; dense-mtp.cpp leaves the row uncomputed when no one reads it, and on a CPU building it cost ~0.6 ms of a ~1.7
-// ms step).
-void greedy_apply(llama_sampler *, llama_token_data_array * cur_p) { // on the host: the argmax
-    cur_p->selected = 0;
-    for (size_t i = 1; i < cur_p->size; ++i) {
-        if (cur_p->data[i].logit > cur_p->data[cur_p->selected].logit) {
-            cur_p->selected = (int64_t) i;
-        }
-    }
-}
-
-bool greedy_backend_init(llama_sampler * smpl, ggml_backend_buffer_type_t, uint32_t n_outputs_max_per_seq) {
-    // the context's room for output rows of one sequence, for the engine (a parallel head's pass has K)
-    *(uint32_t *) smpl->ctx = n_outputs_max_per_seq;
-    return true; // argmax, soft_max and get_rows: every backend that runs upstream's greedy has them
-}
-
-// build_sampling's pad of the logits: rows appended to a matrix, nothing else (so the padded tensor
-// begins with the matrix's elements, in order)
-bool appends_rows(const ggml_tensor * t) {
-    if (t->op != GGML_OP_PAD || t->src[0]->ne[2] != 1 || t->src[0]->ne[3] != 1) {
-        return false;
-    }
-    for (int i = 0; i < 8; ++i) { // lp0 rp0 lp1 rp1 lp2 rp2 lp3 rp3
-        if (i != 3 && t->op_params[i] != 0) {
-            return false;
-        }
-    }
-    return true;
-}
-
-// The tensor the graph computes whose elements the sampler's row is: back through build_sampling's
-// view of the first row of the logits padded with a dummy row, and reshapes, while every step's
-// source is contiguous (so the row's elements are its source's first ones), to a tensor of exactly
-// the row's size; else the row. For a one-row decode the padded copy of the row then is not computed.
-ggml_tensor * row_source(ggml_tensor * row) {
-    ggml_tensor * t = row;
-    while ((t->op == GGML_OP_VIEW && t->view_offs == 0) || t->op == GGML_OP_RESHAPE || appends_rows(t)) {
-        if (!ggml_is_contiguous(t->src[0])) {
-            break;
-        }
-        t = t->src[0];
-    }
-    return ggml_nelements(t) == ggml_nelements(row) ? t : row;
-}
-
-void greedy_backend_apply(llama_sampler *, ggml_context * ctx, ggml_cgraph *, llama_sampler_data * data) {
-    if (data->logits == nullptr) {
-        return;
-    }
-    ggml_tensor * src    = row_source(data->logits);
-    ggml_tensor * scores = nullptr;
-    ggml_tensor * d2t    = nullptr;
-    if (!llama_mtp_draft_vocab_scores(ctx, src, &scores, &d2t)) { // the row itself (d2t stays null)
-        scores = ggml_reshape_1d(ctx, src, ggml_nelements(src));
-    }
-    const int64_t n     = ggml_nelements(scores);
-    ggml_tensor * top   = ggml_argmax(ctx, scores); // i32 [1], an index into scores
-    ggml_tensor * probs = ggml_soft_max(ctx, scores);
-    data->probs         = ggml_get_rows(ctx, ggml_reshape_2d(ctx, probs, 1, n), top);
-    data->sampled       = d2t ? ggml_get_rows(ctx, ggml_reshape_2d(ctx, d2t, 1, n), top) : top;
-    data->logits        = nullptr;
-}
-
-llama_sampler_i greedy_iface = {
-    /* .name              = */ [](const llama_sampler *) { return "mtp-greedy"; },
-    /* .accept            = */ nullptr,
-    /* .apply             = */ greedy_apply,
-    /* .reset             = */ nullptr,
-    /* .clone             = */ nullptr,
-    /* .free              = */ nullptr,
-    /* .backend_init      = */ greedy_backend_init,
-    /* .backend_accept    = */ nullptr,
-    /* .backend_apply     = */ greedy_backend_apply,
-    /* .backend_set_input = */ nullptr,
-    /* .backend_reset     = */ nullptr,
-    /* .copy_state        = */ nullptr,
-};
 
 } // namespace
 
@@ -308,57 +223,67 @@ int32_t llama_mtp::draft_multi(llama_pos p0, llama_token tok0, const float * h0,
 }
 
 // Greedy drafts need only the argmax of the MTP logits and its probability (the controller's
-// confidence): a backend sampler (mtp-greedy, above) on the MTP contexts computes both
+// confidence): a backend sampler (mtp-greedy, mtp-backend-sampler.cpp) on the MTP contexts computes both
 // where the logits are (the GPU) and copies one token and one float back instead of a vocabulary of
-// logits. Attached while drafting greedily; detached when a draft needs the logits (chain/stochastic
-// modes take the request's chain on them, peeks return them). One chain per context (a chain is set up
-// for one context's backend, once).
-void llama_mtp::set_backend_greedy(bool on) {
-    if (on == backend_greedy_on || ctx_mtp == nullptr) {
+// logits. Chain/stochastic drafts need the candidates their q is made from (mtp-top-k): 128 ids
+// and logits instead of the row. Attached while drafting so; detached when a draft needs the row (peeks
+// return it). One chain per context (a chain is set up for one context's backend, once).
+void llama_mtp::set_backend_draft(mtp::backend_pick kind) {
+    if (kind == backend_kind || ctx_mtp == nullptr) {
         return;
     }
     std::vector<llama_context *> ctxs = multi() ? heads : std::vector<llama_context *>{ ctx_mtp };
-    if (!on) {
-        for (llama_context * c : ctxs) {
-            llama_set_sampler(c, params.seq_id, nullptr);
-        }
-        for (llama_sampler * s : backend_samplers) {
-            llama_sampler_free(s);
-        }
-        backend_samplers.clear();
-        backend_greedy_on = false;
+    for (llama_context * c : ctxs) {
+        llama_set_sampler(c, params.seq_id, nullptr);
+    }
+    for (llama_sampler * s : backend_samplers) {
+        llama_sampler_free(s);
+    }
+    backend_samplers.clear();
+    backend_kind = mtp::backend_pick::none;
+    if (kind == mtp::backend_pick::none) {
         return;
     }
     bool ok = true;
     backend_rows.assign(ctxs.size(), 0);
     for (size_t i = 0; i < ctxs.size(); ++i) {
-        llama_sampler * s = llama_sampler_chain_init(llama_sampler_chain_default_params());
-        llama_sampler_chain_add(s, llama_sampler_init(&greedy_iface, &backend_rows[i])); // not owned
+        llama_sampler * s = mtp::make_backend_sampler(kind, &backend_rows[i]);
         backend_samplers.push_back(s);
         ok = llama_set_sampler(ctxs[i], params.seq_id, s) && ok;
     }
-    backend_greedy_on          = true;
+    backend_kind               = kind;
     // a parallel head's pass samples its K rows of one sequence there: a context made with room for fewer
-    // outputs per sequence (llama_context_params.n_outputs_max_per_seq, 1 by default) takes the host argmax
+    // outputs per sequence (llama_context_params.n_outputs_max_per_seq, 1 by default) takes the host's
     const uint32_t rows_needed = (uint32_t) std::max(1, n_par);
     ok = ok && std::all_of(backend_rows.begin(), backend_rows.end(), [&](uint32_t r) { return r >= rows_needed; });
-    if (!ok) { // not offloadable here (e.g. a tensor-split model): the host argmax
-        set_backend_greedy(false);
-        backend_greedy_off = true;
+    if (!ok) { // not offloadable here (e.g. a tensor-split model): the host takes the rows
+        set_backend_draft(mtp::backend_pick::none);
+        backend_draft_off = true;
     }
 }
 
-// The sampler a draft follows: nullptr for greedy drafts (then the backend argmax is attached), else a
-// clone of the request's chain, advanced along the draft path only. The caller frees it.
+// What the next draft decodes sample on the backend. Greedy drafts: the argmax, on every backend (a parallel
+// head's pass only on a GPU: on a CPU its K sampling subgraphs cost more than the host's argmax, 2-core x86,
+// SmolLM2, D_6 0.61 vs 0.56 of a plain step). Chain/stochastic drafts: the top candidates, on a GPU (on a CPU
+// the host's chain over the row is ~50 us of a ~4 ms draft, and ggml-cpu's top_k is no faster).
+// PYMTP_DRAFT_ON_BACKEND=1 in the environment: as on a GPU on any backend (tests of that path on a CPU);
+// PYMTP_DRAFT_ON_BACKEND=0: never (tests of the host's path).
+mtp::backend_pick llama_mtp::wanted_backend_draft(const llama_sampler * path) const {
+    if (peek_logits != nullptr || backend_draft_off) {
+        return mtp::backend_pick::none;
+    }
+    const bool gpu = ctrl.graphs || draft_on_backend;
+    if (path == nullptr) {
+        return n_par <= 1 || gpu ? mtp::backend_pick::greedy : mtp::backend_pick::none;
+    }
+    return gpu ? mtp::backend_pick::top_k : mtp::backend_pick::none;
+}
+
+// The sampler a draft follows: nullptr for greedy drafts, else a clone of the request's chain, advanced
+// along the draft path only. The caller frees it.
 llama_sampler * llama_mtp::draft_path(llama_sampler * smpl) {
     llama_sampler * path = mode == LLAMA_MTP_DRAFT_GREEDY || smpl == nullptr ? nullptr : llama_sampler_clone(smpl);
-    // A parallel head's pass too where the MTP context decodes on a GPU: the backend samples each of its
-    // K output rows, one token and one float per row come back instead of K rows of logits. On a CPU its
-    // K sampling subgraphs cost more than the host's argmax (2-core x86, SmolLM2, D_6 0.61 vs 0.56 of a
-    // plain step). PYMTP_DRAFT_ON_BACKEND=1 in the environment: on any backend (tests of that path on a CPU);
-    // PYMTP_DRAFT_ON_BACKEND=0: never (tests of the host's argmax).
-    set_backend_greedy(path == nullptr && peek_logits == nullptr && !backend_greedy_off &&
-                       (n_par <= 1 || ctrl.graphs || par_on_backend));
+    set_backend_draft(wanted_backend_draft(path));
     return path;
 }
 
@@ -366,13 +291,13 @@ llama_sampler * llama_mtp::draft_path(llama_sampler * smpl) {
 // a chain, q = the chain on the MTP logits and its top (chain) or a draw (stochastic); LLAMA_TOKEN_NULL
 // when the chain leaves no candidate. A peek gets the step's logits.
 llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, int32_t row, int32_t i) {
-    const float * logits = backend_greedy_on ? nullptr : llama_get_logits_ith(ctx, row);
+    const float * logits = backend_kind != mtp::backend_pick::none ? nullptr : llama_get_logits_ith(ctx, row);
     if (peek_logits) {
         std::memcpy(peek_logits + (size_t) i * n_vocab, logits, sizeof(float) * n_vocab);
     }
     draft_conf = -1.0f;
     if (path == nullptr) {
-        if (backend_greedy_on) { // the argmax and its probability, from the backend sampler
+        if (backend_kind == mtp::backend_pick::greedy) { // the argmax and its probability, from the backend sampler
             if (llama_get_sampled_probs_count_ith(ctx, row) == 1) {
                 draft_conf = llama_get_sampled_probs_ith(ctx, row)[0];
             }
@@ -388,9 +313,15 @@ llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, i
     // not the whole row (Gemma 3 270M, 262144 tokens: the chain's samplers over the row cost more than
     // the draft decode itself on an H200). The tokens left out are -inf, so the usual samplers give the same q;
     // and rejection sampling is exact for any q that the drafts are drawn from.
-    const draft_ids & ids = draft_support(ctx, logits);
     q.emplace_back();
-    q.back().from_chain(path, logits, n_vocab, ids.empty() ? nullptr : ids.data(), (int32_t) ids.size());
+    if (backend_kind == mtp::backend_pick::top_k) { // the candidates the backend chose (mtp-top-k)
+        const float * top = llama_get_sampled_logits_ith(ctx, row);
+        q.back().from_candidates(path, llama_get_sampled_candidates_ith(ctx, row), top,
+                                 top ? (int32_t) llama_get_sampled_logits_count_ith(ctx, row) : 0);
+    } else {
+        const draft_ids & ids = draft_support(ctx, logits);
+        q.back().from_chain(path, logits, n_vocab, ids.empty() ? nullptr : ids.data(), (int32_t) ids.size());
+    }
     const bool        sample = mode != LLAMA_MTP_DRAFT_CHAIN && !q.back().one_hot;
     const llama_token tok    = sample ? q.back().sample(rng) : q.back().argmax();
     if (tok == LLAMA_TOKEN_NULL) {

@@ -11,7 +11,9 @@
 //                      a from-scratch pass (cascade), state rings
 //   mtp-draft.cpp      drafting: single- and multi-head, parallel heads (K drafts in one decode),
 //                      greedy on the backend or with the request's sampler chain (q), inspection (peek)
-//   mtp-verify.cpp     verification: exact match, rejection sampling, synthetic acceptance
+//   mtp-backend-sampler.cpp  samplers that run where the logits are (drafts' and the own loop's target rows)
+//   mtp-verify.cpp     verification: exact match, rejection sampling, synthetic acceptance; where the own
+//                      loop's target rows are sampled
 //   mtp-dist.cpp       distributions of a sampler chain (p, q) and the residual draw
 //   mtp-names.cpp      the one vocabulary of options (draft modes, head policies, limits, "auto")
 //   mtp-adaptive.cpp   the adaptive draft controller: how many tokens each step drafts (0..k_max)
@@ -19,6 +21,7 @@
 #include "llama-mtp.h"
 #include "llama-mtp-testing.h"
 #include "mtp-adaptive.h"
+#include "mtp-backend-sampler.h"
 #include "mtp-dist.h"
 
 #include <algorithm>
@@ -157,6 +160,12 @@ struct llama_mtp {
     std::vector<llama_token> step_out;                  // the last step's emitted tokens (llama_mtp_step_logprobs)
     bool                     step_sampled_only = false; // it sampled the prefill's last row (-1); otherwise token
                                                         // i came from row i of its verify decode
+    // where its target rows are sampled (llama_mtp_set_target_sampling, mtp-verify.cpp): on the host, or by a
+    // backend sampler on the target context (the argmax, or the top candidates the request's chain goes on from)
+    mtp::backend_pick        target_kind       = mtp::backend_pick::none;
+    llama_sampler *          target_sampler    = nullptr;
+    uint32_t                 target_rows       = 0;     // the target context's room for output rows per sequence
+    bool                     rows_on_backend   = false; // the target decodes on a GPU (or PYMTP_VERIFY_ON_BACKEND=1)
 
     // ---- the MTP KV writer (mtp-kv-writer.cpp) ----
     mtp::target_rows target_h;     // the target's hidden rows of its last decode
@@ -174,13 +183,15 @@ struct llama_mtp {
 
     // ---- drafting (mtp-draft.cpp) ----
     llama_mtp_draft_mode         mode = LLAMA_MTP_DRAFT_GREEDY;
-    std::mt19937                 rng{ 0 };         // stochastic drafts, rejection tests, synthetic acceptance
-    std::vector<llama_token>     drafts;           // this step's drafts
-    std::vector<mtp_dist>        q;                // their draft distributions (chain/stochastic modes)
-    std::vector<float>           h_draft;          // the head's output state fed to its next draft step
-    std::vector<llama_sampler *> backend_samplers; // greedy argmax on the backend, one per MTP context
-    bool                         backend_greedy_on  = false;
-    bool                         backend_greedy_off = false; // not offloadable (or a test): host argmax
+    std::mt19937                 rng{ 0 }; // stochastic drafts, rejection tests, synthetic acceptance
+    std::vector<llama_token>     drafts;   // this step's drafts
+    std::vector<mtp_dist>        q;        // their draft distributions (chain/stochastic modes)
+    std::vector<float>           h_draft;  // the head's output state fed to its next draft step
+    // what a draft decode samples on the backend (mtp-backend-sampler.h): nothing (the host takes the logits
+    // row), the greedy argmax, or the top candidates that a chain/stochastic draft's q is made from
+    std::vector<llama_sampler *> backend_samplers; // that sampler, one per MTP context
+    mtp::backend_pick            backend_kind      = mtp::backend_pick::none;
+    bool                         backend_draft_off = false; // not offloadable (or a test): the host takes the row
     std::vector<uint32_t>        backend_rows; // per MTP context: its outputs per sequence (told the backend sampler)
     float *                      peek_logits = nullptr; // llama_mtp_peek_draft: each step's MTP logits
     float                        draft_conf  = -1.0f;   // the head's confidence in the last draft (< 0: unknown)
@@ -188,7 +199,7 @@ struct llama_mtp {
     int32_t                      n_par       = 0;
     std::vector<float>           par_mask; // its n_par - 1 mask rows (n_embd each)
     std::vector<float>           par_h;    // this step's input rows: h0, then h0 + mask_i
-    bool par_on_backend = false;           // PYMTP_DRAFT_ON_BACKEND=1: greedy passes sampled there on a CPU too
+    bool draft_on_backend = false;         // PYMTP_DRAFT_ON_BACKEND=1: what is sampled there on a GPU is on a CPU too
 
     // per MTP context, the tokens its draft rows can hold (draft_support); empty: the whole vocabulary
     using draft_ids = std::vector<int32_t>;
@@ -284,24 +295,25 @@ struct llama_mtp {
     int32_t        set_heads(llama_context ** ctx_heads, int32_t n);
 
     // -- drafting (mtp-draft.cpp) --
-    int32_t         draft_at(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * smpl,
-                             bool keep_first);
-    int32_t         draft_single(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path,
-                                 bool keep_first);
-    int32_t         draft_multi(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path);
-    int32_t         draft_parallel(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path,
+    int32_t           draft_at(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * smpl,
+                               bool keep_first);
+    int32_t           draft_single(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path,
                                    bool keep_first);
-    void            init_parallel(); // n_par and the mask rows of ctx_mtp's head 0
-    llama_sampler * draft_path(llama_sampler * smpl);
-    llama_token     choose_draft(llama_sampler * path, llama_context * ctx, int32_t row, int32_t i);
+    int32_t           draft_multi(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path);
+    int32_t           draft_parallel(llama_pos p0, llama_token tok0, const float * h0, int32_t k, llama_sampler * path,
+                                     bool keep_first);
+    void              init_parallel(); // n_par and the mask rows of ctx_mtp's head 0
+    llama_sampler *   draft_path(llama_sampler * smpl);
+    llama_token       choose_draft(llama_sampler * path, llama_context * ctx, int32_t row, int32_t i);
     // after choose_draft: ask the controller whether draft i stays and whether another follows
-    bool            keep_draft(int32_t i, bool * more);
+    bool              keep_draft(int32_t i, bool * more);
     // draft i (from choose_draft) joins `drafts` when it exists and the controller keeps it; whether
     // drafting goes on (false: none left, cut, an end-of-generation token, or the next does not pay)
-    bool            take_draft(llama_token tok, int32_t i);
+    bool              take_draft(llama_token tok, int32_t i);
     // a draft decode's time for the controller; n_ahead: queued entries it wrote before its own rows
-    void            timed_draft_decode(int32_t n_ahead, double ms);
-    void            set_backend_greedy(bool on);
+    void              timed_draft_decode(int32_t n_ahead, double ms);
+    void              set_backend_draft(mtp::backend_pick kind);
+    mtp::backend_pick wanted_backend_draft(const llama_sampler * path) const;
 
     // The tokens that draft rows of ctx can hold, found from its first row: a head with a draft vocabulary
     // scores N tokens and leaves -inf everywhere else. Empty: the whole vocabulary.
@@ -315,4 +327,5 @@ struct llama_mtp {
     int32_t verify_stochastic(llama_sampler * smpl, const std::vector<llama_token> & vt, int32_t k, llama_token * out,
                               int32_t row0);
     bool    synthetic_accept(int32_t i, llama_token draft_tok);
+    void    set_target_pick(mtp::backend_pick kind);
 };

@@ -133,7 +133,7 @@ int32_t llama_mtp::set_heads(llama_context ** ctx_heads, int32_t n) {
         }
     }
     llama_mtp_clear(this);
-    set_backend_greedy(false); // re-attached to the new set of contexts by the next greedy draft
+    set_backend_draft(mtp::backend_pick::none); // re-attached to the new set of contexts by the next draft
     for (size_t j = 1; j < head_batch.size(); ++j) {
         llama_batch_ext_free(head_batch[j]);
     }

@@ -64,7 +64,13 @@ int32_t llama_mtp::verify_stochastic(llama_sampler * smpl, const std::vector<lla
     std::uniform_real_distribution<double> u(0.0, 1.0);
     int32_t                                n_out = 0;
     for (int32_t i = 0; i <= k; ++i) {
-        p.from_chain(smpl, llama_get_logits_ith(ctx_tgt, row0 + i), n_vocab);
+        if (const float * top = llama_get_sampled_logits_ith(ctx_tgt, row0 + i); top != nullptr) {
+            // the candidates a backend sampler chose (set_target_pick): the chain's own top-k keeps the same ones
+            p.from_candidates(smpl, llama_get_sampled_candidates_ith(ctx_tgt, row0 + i), top,
+                              (int32_t) llama_get_sampled_logits_count_ith(ctx_tgt, row0 + i));
+        } else {
+            p.from_chain(smpl, llama_get_logits_ith(ctx_tgt, row0 + i), n_vocab);
+        }
         llama_token tok;
         bool        accepted = false;
         if (i == k || i >= (int32_t) q.size()) {
@@ -84,4 +90,31 @@ int32_t llama_mtp::verify_stochastic(llama_sampler * smpl, const std::vector<lla
         stats.accepted_per_pos[i]++;
     }
     return n_out;
+}
+
+// The own loop's target rows sampled where they are computed (llama_mtp_set_target_sampling): a backend
+// sampler of that kind on the target context, or none. A context without room for a verify's rows of one
+// sequence (llama_context_params.n_outputs_max_per_seq) keeps the host's.
+void llama_mtp::set_target_pick(mtp::backend_pick kind) {
+    if (kind == target_kind) {
+        return;
+    }
+    llama_set_sampler(ctx_tgt, params.seq_id, nullptr);
+    if (target_sampler != nullptr) {
+        llama_sampler_free(target_sampler);
+        target_sampler = nullptr;
+    }
+    target_kind = mtp::backend_pick::none;
+    if (kind == mtp::backend_pick::none) {
+        return;
+    }
+    target_sampler        = mtp::make_backend_sampler(kind, &target_rows);
+    const uint32_t needed = ctx_mtp != nullptr ? (uint32_t) k_max + 1 : 1;
+    if (!llama_set_sampler(ctx_tgt, params.seq_id, target_sampler) || target_rows < needed) {
+        llama_set_sampler(ctx_tgt, params.seq_id, nullptr);
+        llama_sampler_free(target_sampler);
+        target_sampler = nullptr;
+        return;
+    }
+    target_kind = kind;
 }

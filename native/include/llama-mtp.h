@@ -197,6 +197,18 @@ LLAMA_API int32_t llama_mtp_verify(struct llama_mtp * mtp, struct llama_sampler 
 // runs) and PYMTP_VERIFY_ON_BACKEND=1 true on any backend (tests of that path on the CPU).
 LLAMA_API bool llama_mtp_verify_on_backend(const struct llama_mtp * mtp);
 
+// How the engine's own loop (llama_mtp_prefill, llama_mtp_step) samples the target's rows, set before a
+// generation's prompt with the request's chain (inspected, not kept; NULL: the host, as before). Where
+// the target decodes on a GPU (llama_mtp_verify_on_backend's rule) and the caller reads no whole rows
+// (rows_needed false: no token probabilities, llama_mtp_step_logprobs), a backend sampler on the target
+// context takes each row's argmax where the chain is a greedy selector alone, or its 128 highest logits
+// where the chain begins with a top-k of at most 128 (the chain then goes on from them on the host: its
+// own top-k keeps the same tokens). Only a token or 128 candidates come back instead of a row of logits;
+// the tokens, and at T > 0 their distribution, are those of the host's chain over the whole row. Other
+// chains (penalties first, no top-k, a larger one), and a target context without room for a verify's
+// rows of one sequence (n_outputs_max_per_seq), keep the host's. Lasts until the next call.
+LLAMA_API void llama_mtp_set_target_sampling(struct llama_mtp * mtp, struct llama_sampler * chain, bool rows_needed);
+
 // ---- Adaptive draft length ----
 // With the controller on, each step drafts between 0 (a plain decode) and k_max tokens, whatever it
 // expects to emit the most tokens per second: it learns on the running machine what a plain step, a

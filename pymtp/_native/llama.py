@@ -230,6 +230,7 @@ _SIGNATURES = {
     "llama_mtp_free": (None, [p_mtp]),
     "llama_mtp_prefill": (C.c_int32, [p_mtp, C.POINTER(llama_token), C.c_int32]),
     "llama_mtp_step": (C.c_int32, [p_mtp, p_sampler, C.c_int32, C.POINTER(llama_token), C.c_int32]),
+    "llama_mtp_set_target_sampling": (None, [p_mtp, p_sampler, C.c_bool]),
     "llama_mtp_step_logprobs": (C.c_int32, [p_mtp, C.c_int32, C.c_int32, C.POINTER(C.c_float),
                                             C.POINTER(llama_token), C.POINTER(C.c_float)]),
     "llama_mtp_set_draft_mode": (None, [p_mtp, C.c_int, C.c_uint32]),
@@ -240,6 +241,7 @@ _SIGNATURES = {
     "llama_mtp_set_realized_rates": (None, [p_mtp, C.c_double, C.c_double]),  # tests only
     "llama_mtp_set_realized_share": (None, [p_mtp, C.c_double]),  # tests only
     "llama_mtp_warmed_sizes": (C.c_int32, [p_mtp]),  # tests only
+    "llama_mtp_target_sampling": (C.c_int32, [p_mtp]),  # tests only
     "llama_mtp_n_past": (C.c_int32, [p_mtp]),
     "llama_mtp_has_draft": (C.c_bool, [p_mtp]),
     "llama_mtp_max_draft": (C.c_int32, [p_mtp]),

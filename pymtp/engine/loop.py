@@ -90,6 +90,14 @@ class Generation:
         adaptive = self.n_draft == options.N_DRAFT_AUTO
         cap = rt.draft_cap if adaptive else int(self.n_draft)
         lib.llama_mtp_set_adaptive(rt.engine, cap if adaptive else 0)
+        with SamplerChain(self.sampling, rt.n_vocab) as chain:
+            yield from self._generate(chain, cap)
+
+    def _generate(self, chain: SamplerChain, cap: int) -> Iterator[str]:
+        rt, lib = self.rt, self.rt.lib
+        # where the target's rows are sampled: on a GPU the backend takes a greedy row's argmax or a top-k chain's
+        # candidates, unless whole rows are read (logprobs)
+        lib.llama_mtp_set_target_sampling(rt.engine, chain.handle, self.logprobs is not None)
         arr = (L.llama_token * len(self.prompt))(*self.prompt)
         rc = lib.llama_mtp_prefill(rt.engine, arr, len(self.prompt))
         if rc != L.MTP_OK:
@@ -101,26 +109,25 @@ class Generation:
         finish = "length"
         t0 = time.perf_counter()
         try:
-            with SamplerChain(self.sampling, rt.n_vocab) as chain:
-                while len(tokens) < self.max_tokens:
-                    if self._cancelled:
-                        finish = "cancelled"
-                        break
-                    # never sample past max_tokens: the sampler state must match a run without MTP
-                    k = min(cap, self.max_tokens - len(tokens) - 1)
-                    n = lib.llama_mtp_step(rt.engine, chain.handle, k, out, len(out))
-                    if n == L.MTP_ERR_CTX_FULL:
-                        finish = "context"
-                        break
-                    if n < 0:
-                        raise PymtpError(f"generation step failed (engine status {n}): {L.last_log_lines()}")
-                    delta, finish = self._consume(out[:n], tokens, text)
-                    if delta:
-                        yield delta
-                    if finish:
-                        break
-                else:
-                    finish = "length"
+            while len(tokens) < self.max_tokens:
+                if self._cancelled:
+                    finish = "cancelled"
+                    break
+                # never sample past max_tokens: the sampler state must match a run without MTP
+                k = min(cap, self.max_tokens - len(tokens) - 1)
+                n = lib.llama_mtp_step(rt.engine, chain.handle, k, out, len(out))
+                if n == L.MTP_ERR_CTX_FULL:
+                    finish = "context"
+                    break
+                if n < 0:
+                    raise PymtpError(f"generation step failed (engine status {n}): {L.last_log_lines()}")
+                delta, finish = self._consume(out[:n], tokens, text)
+                if delta:
+                    yield delta
+                if finish:
+                    break
+            else:
+                finish = "length"
         except KeyboardInterrupt:
             # Ctrl-C between or inside steps: every step is atomic in the engine, so the
             # partial result is consistent; keep it for the caller, then let the interrupt through

@@ -284,6 +284,8 @@ class Runtime:
         cp.ctx_type = ctx_type
         if ctx_type == L.LLAMA_CONTEXT_TYPE_MTP:
             cp.n_outputs_max_per_seq = mtp_outputs_per_seq(lib, self.model)
+        else:  # a verify's rows of one sequence, sampled on the backend (llama_mtp_set_target_sampling)
+            cp.n_outputs_max_per_seq = options.MAX_DRAFT + 1
         cp.no_perf = True
         return lib.llama_init_from_model(self.model, cp)
 
