@@ -35,12 +35,19 @@ void mtp_dist::from_chain(llama_sampler * chain, const float * logits, int32_t n
     apply_chain(chain);
 }
 
-void mtp_dist::from_candidates(llama_sampler * chain, const llama_token * ids, const float * logits, int32_t n) {
-    cand.resize(std::max(0, n));
-    for (int32_t i = 0; i < n; ++i) {
+bool mtp_dist::from_backend(llama_sampler * chain, llama_context * ctx, int32_t row) {
+    const float * logits = llama_get_sampled_logits_ith(ctx, row);
+    if (logits == nullptr) {
+        return false;
+    }
+    const llama_token * ids = llama_get_sampled_candidates_ith(ctx, row);
+    const uint32_t      n   = llama_get_sampled_logits_count_ith(ctx, row);
+    cand.resize(n);
+    for (uint32_t i = 0; i < n; ++i) {
         cand[i] = llama_token_data{ ids[i], logits[i], 0.0f };
     }
     apply_chain(chain);
+    return true;
 }
 
 void mtp_dist::apply_chain(llama_sampler * chain) {

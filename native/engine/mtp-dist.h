@@ -20,8 +20,9 @@ struct mtp_dist {
     // tokens are candidates (the others' logits are -inf), else the whole vocabulary
     void from_chain(llama_sampler * chain, const float * logits, int32_t n_vocab, const int32_t * ids = nullptr,
                     int32_t n_ids = 0);
-    // the same from n candidates given as (ids[i], logits[i]) pairs: every other token's logit is -inf
-    void from_candidates(llama_sampler * chain, const llama_token * ids, const float * logits, int32_t n);
+    // the same from the candidates a backend sampler left for output row `row` of ctx (their ids and logits;
+    // every other token's logit is -inf); false, and nothing changed, where it left none
+    bool from_backend(llama_sampler * chain, llama_context * ctx, int32_t row);
 
     float       prob(llama_token id) const; // 0 for a token that did not survive
     llama_token argmax() const;

@@ -314,10 +314,8 @@ llama_token llama_mtp::choose_draft(llama_sampler * path, llama_context * ctx, i
     // the draft decode itself on an H200). The tokens left out are -inf, so the usual samplers give the same q;
     // and rejection sampling is exact for any q that the drafts are drawn from.
     q.emplace_back();
-    if (backend_kind == mtp::backend_pick::top_k) { // the candidates the backend chose (mtp-top-k)
-        const float * top = llama_get_sampled_logits_ith(ctx, row);
-        q.back().from_candidates(path, llama_get_sampled_candidates_ith(ctx, row), top,
-                                 top ? (int32_t) llama_get_sampled_logits_count_ith(ctx, row) : 0);
+    if (backend_kind == mtp::backend_pick::top_k) {
+        q.back().from_backend(path, ctx, row); // the candidates the backend chose (mtp-top-k); none: q stays empty
     } else {
         const draft_ids & ids = draft_support(ctx, logits);
         q.back().from_chain(path, logits, n_vocab, ids.empty() ? nullptr : ids.data(), (int32_t) ids.size());

@@ -64,11 +64,9 @@ int32_t llama_mtp::verify_stochastic(llama_sampler * smpl, const std::vector<lla
     std::uniform_real_distribution<double> u(0.0, 1.0);
     int32_t                                n_out = 0;
     for (int32_t i = 0; i <= k; ++i) {
-        if (const float * top = llama_get_sampled_logits_ith(ctx_tgt, row0 + i); top != nullptr) {
-            // the candidates a backend sampler chose (set_target_pick): the chain's own top-k keeps the same ones
-            p.from_candidates(smpl, llama_get_sampled_candidates_ith(ctx_tgt, row0 + i), top,
-                              (int32_t) llama_get_sampled_logits_count_ith(ctx_tgt, row0 + i));
-        } else {
+        // the candidates a backend sampler chose (set_target_pick: the chain's own top-k keeps the same ones),
+        // else the row
+        if (!p.from_backend(smpl, ctx_tgt, row0 + i)) {
             p.from_chain(smpl, llama_get_logits_ith(ctx_tgt, row0 + i), n_vocab);
         }
         llama_token tok;
