@@ -299,3 +299,33 @@ def test_bad_n_draft_is_a_clear_error(auto_pair):
         with pytest.raises(pymtp.InvalidArgumentError, match="drafts more than this Model's"):
             small.generate("hi", max_tokens=2, n_draft="auto")
     assert L.lib().llama_mtp_adaptive_default_max() == 7
+
+
+def test_every_engine_traces_its_steps(tiny_model_path, monkeypatch, tmp_path):
+    """PYMTP_ADAPTIVE_TRACE=FILE: auto, a fixed length and MTP off each append their steps to the one file, told apart
+    by `engine` and `adaptive`, so a fixed length's step costs can be read next to auto's from one run."""
+    trace = tmp_path / "trace.tsv"
+    monkeypatch.setenv("PYMTP_ADAPTIVE_TRACE", str(trace))
+    path = tiny_model_path("glm4moe")
+    kw = dict(n_ctx=256, n_batch=32, n_threads=1, n_gpu_layers=NGL)
+    emitted = {}
+    with pymtp.Model(path, n_draft="auto", **kw) as auto, pymtp.Model(path, n_draft=2, **kw) as fixed, \
+            pymtp.Model(path, mtp="off", **kw) as off:
+        for name, m in (("auto", auto), ("fixed", fixed), ("off", off)):
+            emitted[name] = m.generate(PROMPTS[0], max_tokens=24).stats.n_generated
+    lines = trace.read_text().splitlines()
+    head = lines[0].split("\t")
+    assert head[-2:] == ["adaptive", "engine"]
+    rows = [dict(zip(head, line.split("\t"))) for line in lines if not line.startswith("step\t")]
+    by_engine = {}
+    for r in rows:
+        by_engine.setdefault(int(r["engine"]), []).append(r)
+    assert len(by_engine) == 3
+    auto_rows, fixed_rows, off_rows = (by_engine[e] for e in sorted(by_engine))  # engines numbered as made
+    assert {r["adaptive"] for r in auto_rows} == {"1"} and {r["adaptive"] for r in fixed_rows + off_rows} == {"0"}
+    assert all(int(r["k"]) <= 2 for r in fixed_rows) and any(int(r["k"]) == 2 for r in fixed_rows)
+    assert all(int(r["k"]) == 0 and r["n_out"] == "1" for r in off_rows)
+    # a line per step after the first (the step that samples the prompt's row is not timed)
+    for name, rs in (("auto", auto_rows), ("fixed", fixed_rows), ("off", off_rows)):
+        assert sum(int(r["n_out"]) for r in rs) == emitted[name] - 1, name
+        assert all(float(r["step_ms"]) > 0 for r in rs)

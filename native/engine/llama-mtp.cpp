@@ -4,6 +4,7 @@
 #include "mtp-engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -56,9 +57,6 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
         }
         m->batch_mtp   = llama_batch_ext_init(ctx_mtp);
         m->ctrl.graphs = mtp::decodes_on_gpu(model);
-        if (const char * trace = std::getenv("PYMTP_ADAPTIVE_TRACE"); trace != nullptr && *trace) {
-            m->ctrl.trace = std::fopen(trace, "a"); // diagnosis (mtp-adaptive.h); NULL: not traced
-        }
         // tests (mtp-draft.cpp, wanted_backend_draft): "0" the host takes every draft row, anything else the backend
         // samples them on a CPU too
         if (const char * env = std::getenv("PYMTP_DRAFT_ON_BACKEND"); env != nullptr) {
@@ -69,6 +67,13 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
         llama_set_embeddings_nextn(ctx_mtp, true, /*masked*/ true);
         llama_set_nextn_layer_offset(ctx_mtp, 0);
         m->init_parallel();
+    }
+    // diagnosis (mtp-adaptive.h, trace_step): every engine of the process, MTP on or off, adaptive or a fixed length,
+    // appends its steps to the one file; NULL: not traced
+    if (const char * trace = std::getenv("PYMTP_ADAPTIVE_TRACE"); trace != nullptr && *trace) {
+        static std::atomic<int32_t> n_traced{ 0 };
+        m->ctrl.trace    = std::fopen(trace, "a");
+        m->ctrl.trace_id = ++n_traced;
     }
     m->truncate_mtp_to(0);
     m->truncate_target_to(0);

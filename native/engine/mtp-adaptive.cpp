@@ -636,22 +636,22 @@ void controller::timed_batch(int32_t own, int32_t n_seqs, int32_t n_tokens, doub
 
 void controller::trace_step(int32_t k_plan, int32_t k, int32_t n_out, double draft_ms, double target_ms,
                             double catchup_ms, double gap_ms, double step_ms, int32_t seq) {
-    if (trace == nullptr || !on()) {
+    if (trace == nullptr) {
         return;
     }
     if (n_seen++ == 0) {
         std::fprintf(trace, "step\tk_plan\tk\tn_out\tprobe\tplain_win\tcheck_win\thold\tblock_k\tdraft_ms\ttarget_ms\t"
                             "catchup_ms\tgap_ms\tstep_ms\test_T1\test_Tk\test_D\test_S\test_W\test_O\trate\t"
-                            "real_plain\treal_draft\tvetoed\tclear\tblocky\tacc0\tacc3\tload\tseq\n");
+                            "real_plain\treal_draft\tvetoed\tclear\tblocky\tacc0\tacc3\tload\tseq\tadaptive\tengine\n");
     }
     std::fprintf(trace,
                  "%lld\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t"
-                 "%.3f\t%.5f\t%.5f\t%.5f\t%d\t%d\t%d\t%.3f\t%.3f\t%d\t%d\n",
+                 "%.3f\t%.5f\t%.5f\t%.5f\t%d\t%d\t%d\t%.3f\t%.3f\t%d\t%d\t%d\t%d\n",
                  (long long) n_seen, k_plan, k, n_out, (int) probing, (int) window_plain, (int) window_check,
                  (int) hold, block_k, draft_ms, target_ms, catchup_ms, gap_ms, step_ms, target_cost(1),
                  target_cost(k + 1), draft_cost(), switching.v, catchup.v, overhead.v, rate, real_plain.get(),
                  real_draft.get(), (int) vetoed(), (int) clear(), (int) blocky(), accept(0, -1.0f), accept(3, -1.0f),
-                 load, seq);
+                 load, seq, (int) on(), trace_id);
     std::fflush(trace);
 }
 

@@ -452,11 +452,15 @@ struct controller {
     // Diagnosis: with PYMTP_ADAPTIVE_TRACE=FILE in the environment, the engine's own loop appends one
     // line per step to FILE (tab-separated, a header first): what was planned and drafted, the step's
     // timed parts, and the estimates and window state the next choice starts from. llama-server's slots
-    // each append theirs (a header per slot; load: sequences in the last decode, seq: the slot's).
+    // each append theirs (a header per slot; load: sequences in the last decode, seq: the slot's). Every
+    // engine traces, with the controller on or not (a fixed length, MTP off: the timed parts side by side
+    // with auto's; their estimates are the untouched priors): `adaptive` says which, `engine` which engine
+    // of the process wrote the line.
     void trace_step(int32_t k_plan, int32_t k, int32_t n_out, double draft_ms, double target_ms, double catchup_ms,
                     double gap_ms, double step_ms, int32_t seq = 0);
-    std::FILE * trace  = nullptr;
-    int64_t     n_seen = 0; // steps traced
+    std::FILE * trace    = nullptr;
+    int64_t     n_seen   = 0; // steps traced
+    int32_t     trace_id = 0; // the engine's number among the process's traced ones (1, 2, ...)
 
     void pin_costs(double plain_ms, double draft_ms, double verify_extra_ms);
     void reset_stats();
