@@ -13,6 +13,9 @@ A decode is slow when it took more than twice its size's median. Each is put in 
 and a line per class gives the count and the time over the median.
 
     python bench/trace_slow_decodes.py TRACE.tsv[.gz] [--gap-ms 1500]
+
+A trace holds every engine of the process (auto, fixed lengths, MTP off: columns `engine` and `adaptive`, a
+header per engine); each engine is reported apart. Traces written before those columns count as one engine.
 """
 
 from __future__ import annotations
@@ -49,12 +52,17 @@ def main() -> int:
     args = ap.parse_args()
     opener = gzip.open if args.trace.endswith(".gz") else open
     with opener(args.trace, "rt") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
-    total = sum(float(r["step_ms"]) + float(r["gap_ms"]) for r in rows)
-    print(f"{len(rows)} steps, {total:.0f} ms")
-    for cls, extra in sorted(classify(rows, args.gap_ms).items()):
-        print(f"{cls:12s} {len(extra):4d} slow decodes, {sum(extra):6.0f} ms over their size's median "
-              f"({sum(extra) / total:.1%} of the run)")
+        rows = [r for r in csv.DictReader(f, delimiter="\t") if r["step"] != "step"]   # one header per engine
+    engines = defaultdict(list)
+    for r in rows:
+        engines[(int(r.get("engine") or 1), r.get("adaptive") or "1")].append(r)
+    for (engine, adaptive), rs in sorted(engines.items()):
+        total = sum(float(r["step_ms"]) + float(r["gap_ms"]) for r in rs)
+        print(f"engine {engine} ({'adaptive' if adaptive == '1' else 'a fixed length or MTP off'}): "
+              f"{len(rs)} steps, {total:.0f} ms")
+        for cls, extra in sorted(classify(rs, args.gap_ms).items()):
+            print(f"  {cls:12s} {len(extra):4d} slow decodes, {sum(extra):6.0f} ms over their size's median "
+                  f"({sum(extra) / total:.1%} of the run)")
     return 0
 
 
