@@ -64,22 +64,35 @@ ggml_tensor * row_source(ggml_tensor * row) {
     return ggml_nelements(t) == ggml_nelements(row) ? t : row;
 }
 
+// The scores a sampler of `row` works on, 1-d: a draft vocabulary's N scores (*d2t: their token ids), else
+// the row itself (*d2t null)
+ggml_tensor * row_scores(ggml_context * ctx, ggml_tensor * row, ggml_tensor ** d2t) {
+    ggml_tensor * src    = row_source(row);
+    ggml_tensor * scores = nullptr;
+    if (!llama_mtp_draft_vocab_scores(ctx, src, &scores, d2t)) {
+        *d2t   = nullptr;
+        scores = ggml_reshape_1d(ctx, src, ggml_nelements(src));
+    }
+    return scores;
+}
+
+// the token ids of indices `idx` into n scores (row_scores): through d2t where there is one
+ggml_tensor * token_ids(ggml_context * ctx, ggml_tensor * d2t, ggml_tensor * idx, int64_t n) {
+    return d2t ? ggml_get_rows(ctx, ggml_reshape_2d(ctx, d2t, 1, n), idx) : idx;
+}
+
 void greedy_backend_apply(llama_sampler *, ggml_context * ctx, ggml_cgraph *, llama_sampler_data * data) {
     if (data->logits == nullptr) {
         return;
     }
-    ggml_tensor * src    = row_source(data->logits);
-    ggml_tensor * scores = nullptr;
     ggml_tensor * d2t    = nullptr;
-    if (!llama_mtp_draft_vocab_scores(ctx, src, &scores, &d2t)) { // the row itself (d2t stays null)
-        scores = ggml_reshape_1d(ctx, src, ggml_nelements(src));
-    }
-    const int64_t n     = ggml_nelements(scores);
-    ggml_tensor * top   = ggml_argmax(ctx, scores); // i32 [1], an index into scores
-    ggml_tensor * probs = ggml_soft_max(ctx, scores);
-    data->probs         = ggml_get_rows(ctx, ggml_reshape_2d(ctx, probs, 1, n), top);
-    data->sampled       = d2t ? ggml_get_rows(ctx, ggml_reshape_2d(ctx, d2t, 1, n), top) : top;
-    data->logits        = nullptr;
+    ggml_tensor * scores = row_scores(ctx, data->logits, &d2t);
+    const int64_t n      = ggml_nelements(scores);
+    ggml_tensor * top    = ggml_argmax(ctx, scores); // i32 [1], an index into scores
+    ggml_tensor * probs  = ggml_soft_max(ctx, scores);
+    data->probs          = ggml_get_rows(ctx, ggml_reshape_2d(ctx, probs, 1, n), top);
+    data->sampled        = token_ids(ctx, d2t, top, n);
+    data->logits         = nullptr;
 }
 
 // The candidates a chain on the host goes on from: the BACKEND_TOP_K highest logits of a row (over a draft
@@ -106,16 +119,12 @@ void top_k_backend_apply(llama_sampler *, ggml_context * ctx, ggml_cgraph *, lla
     if (data->logits == nullptr) {
         return;
     }
-    ggml_tensor * src    = row_source(data->logits);
-    ggml_tensor * scores = nullptr;
     ggml_tensor * d2t    = nullptr;
-    if (!llama_mtp_draft_vocab_scores(ctx, src, &scores, &d2t)) {
-        scores = ggml_reshape_1d(ctx, src, ggml_nelements(src));
-    }
-    const int64_t n   = ggml_nelements(scores);
+    ggml_tensor * scores = row_scores(ctx, data->logits, &d2t);
+    const int64_t n      = ggml_nelements(scores);
     ggml_tensor * top = ggml_top_k(ctx, scores, (int) std::min<int64_t>(BACKEND_TOP_K, n)); // i32, indices into scores
     data->logits      = ggml_get_rows(ctx, ggml_reshape_2d(ctx, scores, 1, n), top);
-    data->candidates  = d2t ? ggml_get_rows(ctx, ggml_reshape_2d(ctx, d2t, 1, n), top) : top;
+    data->candidates  = token_ids(ctx, d2t, top, n);
 }
 
 llama_sampler_i top_k_iface = {
