@@ -62,3 +62,48 @@ def test_llama_server_slots_warm_up_and_answer_as_without_mtp(models, monkeypatc
     finally:
         on.stop()
         off.stop()
+
+
+def run_sampling(path, warm: str, monkeypatch, mtp: str, **gen):
+    """One Model whose target rows and drafts are sampled on the backend (as on a GPU): the outputs, what
+    each counted, and the sizes warmed for the requests' way of sampling."""
+    monkeypatch.setenv("PYMTP_WARMUP", warm)
+    monkeypatch.setenv("PYMTP_VERIFY_ON_BACKEND", "1")   # both read when the engine is made
+    monkeypatch.setenv("PYMTP_DRAFT_ON_BACKEND", "1")
+    extra = dict(n_draft=3) if mtp == "on" else {}
+    with pymtp.Model(path, n_ctx=256, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp=mtp, **extra) as m:
+        outs, warmed = [], []
+        for s, p in enumerate(PROMPTS):
+            outs.append(m.generate(p, max_tokens=24, seed=s, **gen))
+            warmed.append(m.rt.lib.llama_mtp_warmed_sampling(m.rt.engine))
+        # a second turn sampled another way: its prefix stays in the context (n_prompt counts only what was
+        # decoded), so nothing is warmed over it
+        other = dict(temperature=0.8, draft="stochastic") if gen["temperature"] == 0 else dict(temperature=0.0)
+        chat = [{"role": "user", "content": PROMPTS[0]}, {"role": "assistant", "content": outs[-1].text},
+                {"role": "user", "content": PROMPTS[1]}]
+        m.chat(chat[:2], max_tokens=1, **gen)
+        outs.append(m.chat(chat, max_tokens=16, seed=7, **other))
+    return outs, warmed
+
+
+@pytest.mark.parametrize("gen", [dict(temperature=0.0), dict(temperature=0.8, draft="stochastic")],
+                         ids=["greedy", "stochastic"])
+@pytest.mark.parametrize("mtp", ["on", "off"])
+def test_a_request_s_way_of_sampling_is_warmed_and_changes_nothing(gen, mtp, tiny_model_path, monkeypatch):
+    """The backend samplers a request attaches (the target's argmax or top candidates, the drafts' top
+    candidates) change every decode size's graphs, so on a GPU the engine warms those once per way of sampling
+    (warm_sampling), before the prompt. Same seeds, warmed or not: the same tokens, drafts and acceptances
+    (the drafts' random stream, the stats and the contexts are put back)."""
+    path = tiny_model_path("glm4moe")
+    cold, cold_warmed = run_sampling(path, "0", monkeypatch, mtp, **gen)
+    warm, warmed = run_sampling(path, "1", monkeypatch, mtp, **gen)
+    assert cold_warmed == [0] * len(PROMPTS)
+    # every size a step can verify (k=3: 1..4 rows; MTP off: 1), warmed once, at the first request
+    assert warmed == [4 if mtp == "on" else 1] * len(PROMPTS), warmed
+    for c, w in zip(cold, warm):
+        assert w.tokens == c.tokens
+        counted = ("n_prompt", "n_reused", "n_steps", "n_drafted", "n_accepted", "n_draft_decodes",
+                   "n_catchup_decodes")
+        assert [getattr(w.stats, f) for f in counted] == [getattr(c.stats, f) for f in counted]
+    if mtp == "on":
+        assert sum(c.stats.n_accepted for c in cold) > 0

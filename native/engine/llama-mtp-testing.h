@@ -49,6 +49,10 @@ LLAMA_API void llama_mtp_set_realized_share(struct llama_mtp * mtp, double share
 // GPU it does; PYMTP_WARMUP=1 in the environment makes it do so anywhere, PYMTP_WARMUP=0 never.
 LLAMA_API int32_t llama_mtp_warmed_sizes(const struct llama_mtp * mtp);
 
+// TESTS ONLY: how many target decode sizes the engine warmed up for the way of sampling of the last
+// llama_mtp_set_target_sampling that warmed one (mtp-warmup.cpp, warm_sampling; 0: none so far).
+LLAMA_API int32_t llama_mtp_warmed_sampling(const struct llama_mtp * mtp);
+
 // TESTS ONLY: what samples the target's rows of the own loop (llama_mtp_set_target_sampling): 0 the host,
 // 1 the backend's argmax, 2 the backend's top candidates.
 LLAMA_API int32_t llama_mtp_target_sampling(const struct llama_mtp * mtp);

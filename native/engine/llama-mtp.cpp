@@ -46,8 +46,9 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
 
     // the target's rows sampled where it decodes (llama_mtp_verify_on_backend, llama_mtp_set_target_sampling);
     // PYMTP_VERIFY_ON_HOST=1: never (A/B runs); PYMTP_VERIFY_ON_BACKEND=1: on any backend (tests on the CPU)
+    m->on_gpu          = mtp::decodes_on_gpu(model);
     m->rows_on_backend = std::getenv("PYMTP_VERIFY_ON_HOST") == nullptr &&
-                         (std::getenv("PYMTP_VERIFY_ON_BACKEND") != nullptr || mtp::decodes_on_gpu(model));
+                         (std::getenv("PYMTP_VERIFY_ON_BACKEND") != nullptr || m->on_gpu);
     if (ctx_mtp != nullptr) {
         if (llama_model_n_embd_out(llama_get_model(ctx_mtp)) != m->n_embd ||
             (int32_t) llama_n_ctx(ctx_mtp) < m->n_ctx) {
@@ -56,7 +57,7 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
             return nullptr;
         }
         m->batch_mtp   = llama_batch_ext_init(ctx_mtp);
-        m->ctrl.graphs = mtp::decodes_on_gpu(model);
+        m->ctrl.graphs = m->on_gpu;
         // tests (mtp-draft.cpp, wanted_backend_draft): "0" the host takes every draft row, anything else the backend
         // samples them on a CPU too
         if (const char * env = std::getenv("PYMTP_DRAFT_ON_BACKEND"); env != nullptr) {
@@ -406,6 +407,10 @@ int32_t llama_mtp_warmed_sizes(const llama_mtp * m) {
     return m ? m->n_warmed : 0;
 }
 
+int32_t llama_mtp_warmed_sampling(const llama_mtp * m) {
+    return m ? m->n_warmed_sampling : 0;
+}
+
 int32_t llama_mtp_target_sampling(const llama_mtp * m) {
     return m ? (int32_t) m->target_kind : 0;
 }
@@ -674,6 +679,7 @@ void llama_mtp_set_target_sampling(llama_mtp * m, llama_sampler * chain, bool ro
         return;
     }
     m->set_target_pick(m->rows_on_backend && !rows_needed ? mtp::chain_pick(chain) : mtp::backend_pick::none);
+    m->warm_sampling(chain); // the graphs with those samplers, before the prompt (mtp-warmup.cpp)
 }
 
 void llama_mtp_report_decode(llama_mtp * m, int32_t n_seqs, int32_t n_tokens, double ms) {

@@ -277,12 +277,20 @@ struct llama_mtp {
     bool           defers() const { return ctrl.defer_catchup() && queue.size() < mtp::controller::QUEUE; }
 
     // -- warm-up (mtp-warmup.cpp) --
-    // whether the engine warms up at init: on a GPU (PYMTP_WARMUP=1 anywhere, 0 never)
+    bool    on_gpu = false; // the target decodes on a GPU (graphs built per decode size, CUDA graphs captured)
+    // whether the engine warms up: on a GPU (PYMTP_WARMUP=1 anywhere, 0 never)
     bool    warms_up() const;
+    // the target decode sizes a step of this engine can make: 1..warm_sizes()
+    int32_t warm_sizes() const;
     // decode every verify and catch-up size twice and remove it all: graphs built and captured before
     // the first step (the engine's state after it is the one before)
     void    warm_up();
     int32_t n_warmed = 0; // target decode sizes warmed up (1..n_warmed)
+    // the same for a request's way of sampling (llama_mtp_set_target_sampling: the backend samplers it attaches
+    // change every size's graphs), once per way, on an empty context; the request's state is left untouched
+    void    warm_sampling(llama_sampler * chain);
+    int32_t warmed_way        = -1; // the way of sampling last warmed (3 x target kind + draft kind; -1: none)
+    int32_t n_warmed_sampling = 0;  // target decode sizes warmed up for it
 
     // -- heads (mtp-heads.cpp) --
     bool           multi() const { return heads.size() > 1; }

@@ -11,8 +11,9 @@
 // best fixed length on the H100 where it ran 0.87 (docs/benchmarks.md, "A warm start on the GPU, stale
 // acceptance and the 9-row verify"). The MTP decodes warmed are the ones a step runs after such a verify: a
 // draft decode with the verified rows ahead of its own, and a lone draft row (greedy drafts: the backend
-// argmax attached). Not warmed: stochastic drafts' decodes (they output the logits) and the catch-up of a
-// prompt; the controller leaves its first decodes untimed as before.
+// argmax attached). A request's way of sampling (the backend samplers on the target and the MTP contexts: other
+// graphs) is warmed the same way when it first comes (warm_sampling). Not warmed: the catch-up of a prompt; the
+// controller leaves its first decodes untimed as before.
 
 #include "mtp-engine.h"
 
@@ -25,21 +26,30 @@ bool llama_mtp::warms_up() const {
     if (const char * env = std::getenv("PYMTP_WARMUP"); env != nullptr && *env) {
         return std::strcmp(env, "0") != 0; // tests run it on the CPU; "0" turns it off
     }
-    return ctrl.graphs;
+    return on_gpu;
+}
+
+int32_t llama_mtp::warm_sizes() const {
+    if (ctx_mtp == nullptr) {
+        return 1; // MTP off: plain decodes only
+    }
+    // the sizes this engine verifies: at most its n_draft + 1 rows (llama-server sizes the target's outputs per
+    // sequence for that many; more aborted it in llama_context::output_reserve)
+    return std::min({ params.n_draft, k_max, llama_mtp_adaptive_default_max(), n_ctx - 3, n_batch - 1 }) + 1;
+}
+
+// the token every warm-up decode holds (what it decodes is removed again; only the shapes matter)
+static llama_token warm_token(const llama_vocab * vocab, int32_t n_vocab) {
+    const llama_token tok = llama_vocab_bos(vocab);
+    return tok < 0 || tok >= n_vocab ? 0 : tok;
 }
 
 void llama_mtp::warm_up() {
     if (ctx_mtp == nullptr || !warms_up()) {
         return;
     }
-    // the sizes this engine verifies: at most its n_draft + 1 rows (llama-server sizes the target's outputs per
-    // sequence for that many; more aborted it in llama_context::output_reserve)
-    const int32_t n_max =
-        std::min({ params.n_draft, k_max, llama_mtp_adaptive_default_max(), n_ctx - 3, n_batch - 1 }) + 1;
-    llama_token tok = llama_vocab_bos(vocab);
-    if (tok < 0 || tok >= n_vocab) {
-        tok = 0;
-    }
+    const int32_t                  n_max = warm_sizes();
+    const llama_token              tok   = warm_token(vocab, n_vocab);
     const std::vector<llama_token> toks(std::max(n_max, 1), tok);
     bool                           ok = true;
     for (int32_t n = 1; n <= n_max && ok; ++n) {
@@ -58,5 +68,75 @@ void llama_mtp::warm_up() {
         }
         n_warmed = ok ? n : n_warmed;
     }
-    stats = llama_mtp_stats{};
+    stats      = llama_mtp_stats{};
+    warmed_way = 3 * (int32_t) mtp::backend_pick::none + (int32_t) mtp::backend_pick::greedy;
+}
+
+// The graphs of a request's way of sampling. llama_mtp_set_target_sampling attaches a backend sampler to the
+// target context (the argmax, or the top candidates), and a T > 0 request's drafts take the MTP context's top
+// candidates (mtp-top-k): each adds nodes to the graph of every decode size, so the graphs that warm_up() built
+// at init are not the ones these decodes run. On the H100 (the built-in model, T=0.7; docs/benchmarks.md, "What
+// the default measures at T=0.7 on a GPU") each such size's first two decodes took 5-14 ms against 1.3-2.1 warm
+// (the graph built, then captured): 5-9 of the default's drafting steps, 44-66 ms of its 3.8 s of decoding
+// (1.2-1.8%), and the first two steps of every Model, MTP off's included. So, once per way of sampling and only
+// on an empty context (a conversation's prefix is kept for the request to reuse), the decodes a step makes are
+// run twice with those samplers attached (the drafts as the request will draft them), and a plain decode
+// without the hidden-state output (the graph of a sleeping engine's steps); then all of it is removed. Nothing
+// of the request changes: the drafts' random stream, the stats and the controller are as they were.
+void llama_mtp::warm_sampling(llama_sampler * chain) {
+    if (!warms_up() || !tokens.empty() || llama_memory_seq_pos_max(mem_tgt(), params.seq_id) >= 0) {
+        return;
+    }
+    if (const char * env = std::getenv("PYMTP_WARMUP_SAMPLING"); env != nullptr && std::strcmp(env, "0") == 0) {
+        return; // A/B runs: the init warm-up only
+    }
+    llama_sampler *         draft_chain = ctx_mtp != nullptr && mode != LLAMA_MTP_DRAFT_GREEDY ? chain : nullptr;
+    const mtp::backend_pick draft_kind =
+        ctx_mtp == nullptr ? mtp::backend_pick::none : wanted_backend_draft(draft_chain);
+    const int32_t way = 3 * (int32_t) target_kind + (int32_t) draft_kind;
+    if (way == warmed_way) {
+        return;
+    }
+    warmed_way = way;
+    if (target_kind == mtp::backend_pick::none && draft_kind != mtp::backend_pick::top_k) {
+        return; // the graphs warm_up() built (or, MTP off, a plain decode's, built by the prompt's last chunk)
+    }
+    const std::mt19937    rng0    = rng;
+    const llama_mtp_stats stats0  = stats;
+    const int32_t         ctrl_k0 = ctrl.k_max;
+    ctrl.k_max                    = 0; // the controller learns nothing from these decodes
+
+    const int32_t                  n_max = warm_sizes();
+    const llama_token              tok   = warm_token(vocab, n_vocab);
+    const std::vector<llama_token> toks(n_max, tok);
+    bool                           ok = true;
+    n_warmed_sampling                 = 0;
+    for (int32_t n = 1; n <= n_max && ok; ++n) {
+        for (int32_t rep = 0; rep < 2 && ok; ++rep) {
+            ok = decode_target(toks.data(), n, 0, n > 1, true) == LLAMA_MTP_OK;
+            if (ok && ctx_mtp != nullptr) {
+                ok = catch_up(toks.data(), n, 0, /*for_draft*/ true) == LLAMA_MTP_OK &&
+                     draft_at(n, tok, h_at(n - 1), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK &&
+                     draft_at(n + 1, tok, h_at(n), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK;
+            }
+            truncate_target_to(0);
+            truncate_mtp_to(0);
+        }
+        n_warmed_sampling = ok ? n : n_warmed_sampling;
+    }
+    // a sleeping engine's plain decodes output no hidden state: another graph (its first two decodes cost ~16 ms
+    // at each fall asleep on the H100). Only this engine's switch: it is awake, so the output comes back on.
+    if (ok && ctx_mtp != nullptr && !ctrl.asleep) {
+        llama_set_embeddings_nextn(ctx_tgt, false, /*masked*/ false);
+        for (int32_t rep = 0; rep < 2 && ok; ++rep) {
+            ok = decode_target(toks.data(), 1, 0, false, true) == LLAMA_MTP_OK;
+            truncate_target_to(0);
+        }
+        llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
+    }
+    drafts.clear();
+    q.clear();
+    rng        = rng0;
+    stats      = stats0;
+    ctrl.k_max = ctrl_k0;
 }

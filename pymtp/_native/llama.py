@@ -241,6 +241,7 @@ _SIGNATURES = {
     "llama_mtp_set_realized_rates": (None, [p_mtp, C.c_double, C.c_double]),  # tests only
     "llama_mtp_set_realized_share": (None, [p_mtp, C.c_double]),  # tests only
     "llama_mtp_warmed_sizes": (C.c_int32, [p_mtp]),  # tests only
+    "llama_mtp_warmed_sampling": (C.c_int32, [p_mtp]),  # tests only
     "llama_mtp_target_sampling": (C.c_int32, [p_mtp]),  # tests only
     "llama_mtp_n_past": (C.c_int32, [p_mtp]),
     "llama_mtp_has_draft": (C.c_bool, [p_mtp]),
