@@ -88,18 +88,19 @@ def run_sampling(path, warm: str, monkeypatch, mtp: str, **gen):
 
 @pytest.mark.parametrize("gen", [dict(temperature=0.0), dict(temperature=0.8, draft="stochastic")],
                          ids=["greedy", "stochastic"])
-@pytest.mark.parametrize("mtp", ["on", "off"])
-def test_a_request_s_way_of_sampling_is_warmed_and_changes_nothing(gen, mtp, tiny_model_path, monkeypatch):
+@pytest.mark.parametrize("arch,mtp", [("glm4moe", "on"), ("qwen35", "on"), ("step35", "on"), ("glm4moe", "off")])
+def test_a_request_s_way_of_sampling_is_warmed_and_changes_nothing(gen, arch, mtp, tiny_model_path, monkeypatch):
     """The backend samplers a request attaches (the target's argmax or top candidates, the drafts' top
     candidates) change every decode size's graphs, so on a GPU the engine warms those once per way of sampling
     (warm_sampling), before the prompt. Same seeds, warmed or not: the same tokens, drafts and acceptances
     (the drafts' random stream, the stats and the contexts are put back)."""
-    path = tiny_model_path("glm4moe")
+    path = tiny_model_path(arch)   # qwen35: a recurrent target; step35: several MTP heads
     cold, cold_warmed = run_sampling(path, "0", monkeypatch, mtp, **gen)
     warm, warmed = run_sampling(path, "1", monkeypatch, mtp, **gen)
     assert cold_warmed == [0] * len(PROMPTS)
-    # every size a step can verify (k=3: 1..4 rows; MTP off: 1), warmed once, at the first request
-    assert warmed == [4 if mtp == "on" else 1] * len(PROMPTS), warmed
+    # every size a step can verify (k=3: 1..4 rows, fewer where a recurrent target keeps fewer rollback
+    # snapshots; MTP off: 1), warmed once, at the first request
+    assert len(set(warmed)) == 1 and (warmed[0] == 1 if mtp == "off" else 2 <= warmed[0] <= 4), warmed
     for c, w in zip(cold, warm):
         assert w.tokens == c.tokens
         counted = ("n_prompt", "n_reused", "n_steps", "n_drafted", "n_accepted", "n_draft_decodes",

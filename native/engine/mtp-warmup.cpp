@@ -114,10 +114,12 @@ void llama_mtp::warm_sampling(llama_sampler * chain) {
     for (int32_t n = 1; n <= n_max && ok; ++n) {
         for (int32_t rep = 0; rep < 2 && ok; ++rep) {
             ok = decode_target(toks.data(), n, 0, n > 1, true) == LLAMA_MTP_OK;
+            // as warm_up(); several heads draft from an MTP KV that ends at the draft's position (the catch-up
+            // writes it), so their lone draft row after a step that accepted none is not made here
             if (ok && ctx_mtp != nullptr) {
                 ok = catch_up(toks.data(), n, 0, /*for_draft*/ true) == LLAMA_MTP_OK &&
                      draft_at(n, tok, h_at(n - 1), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK &&
-                     draft_at(n + 1, tok, h_at(n), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK;
+                     (multi() || draft_at(n + 1, tok, h_at(n), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK);
             }
             truncate_target_to(0);
             truncate_mtp_to(0);
