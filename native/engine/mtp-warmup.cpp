@@ -109,14 +109,16 @@ void llama_mtp::warm_sampling(llama_sampler * chain) {
     const int32_t                  n_max = warm_sizes();
     const llama_token              tok   = warm_token(vocab, n_vocab);
     const std::vector<llama_token> toks(n_max, tok);
-    bool                           ok = true;
-    n_warmed_sampling                 = 0;
+    // a sleeping MTP side (a sleep outlives generations) writes and drafts nothing until it wakes: target only
+    const bool                     mtp_too = ctx_mtp != nullptr && !ctrl.asleep;
+    bool                           ok      = true;
+    n_warmed_sampling                      = 0;
     for (int32_t n = 1; n <= n_max && ok; ++n) {
         for (int32_t rep = 0; rep < 2 && ok; ++rep) {
             ok = decode_target(toks.data(), n, 0, n > 1, true) == LLAMA_MTP_OK;
             // as warm_up(); several heads draft from an MTP KV that ends at the draft's position (the catch-up
             // writes it), so their lone draft row after a step that accepted none is not made here
-            if (ok && ctx_mtp != nullptr) {
+            if (ok && mtp_too) {
                 ok = catch_up(toks.data(), n, 0, /*for_draft*/ true) == LLAMA_MTP_OK &&
                      draft_at(n, tok, h_at(n - 1), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK &&
                      (multi() || draft_at(n + 1, tok, h_at(n), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK);
@@ -128,7 +130,7 @@ void llama_mtp::warm_sampling(llama_sampler * chain) {
     }
     // a sleeping engine's plain decodes output no hidden state: another graph (its first two decodes cost ~16 ms
     // at each fall asleep on the H100). Only this engine's switch: it is awake, so the output comes back on.
-    if (ok && ctx_mtp != nullptr && !ctrl.asleep) {
+    if (ok && mtp_too) {
         llama_set_embeddings_nextn(ctx_tgt, false, /*masked*/ false);
         for (int32_t rep = 0; rep < 2 && ok; ++rep) {
             ok = decode_target(toks.data(), 1, 0, false, true) == LLAMA_MTP_OK;
