@@ -34,7 +34,8 @@
 // acc_spread > 0 the text varies: every acc_seg steps the conditional rates are scaled by a new factor
 // drawn from [1 - acc_spread, 1 + acc_spread] (a real head's probes land on easier or harder text); with
 // ctx_loss > 0 a draft accepts less where the MTP KV holds few rows (after waking: it restarts empty); with
-// hard_tokens > 0 a stretch of that many tokens from token hard_at on is hard text (rates x hard_factor).
+// hard_tokens > 0 a stretch of that many tokens from token hard_at on is hard text (rates x hard_factor); with
+// open_tokens > 0 (and prompt > 0) every answer's first open_tokens tokens accept at rates x open_factor.
 // Timings get multiplicative noise (jitter) from a seeded generator, and a share spike_p of target decodes
 // stalls spike_ms more.
 //
@@ -85,6 +86,9 @@ struct machine {
     int64_t             hard_at     = 0;     // tokens hard_at .. hard_at + hard_tokens - 1 of a run are hard
     int64_t             hard_tokens = 0;     //   text: the rates scaled by hard_factor (on top of acc_spread)
     double              hard_factor = 1.0;
+    int64_t             open_tokens = 0;     // the first open_tokens tokens of every generation (prompt > 0)
+    double              open_factor = 1.0;   //   accept at rates x open_factor (an answer's opening: this CPU,
+                                             //   fixed k=1, first 48 tokens 0.54 against 0.67 after at T=0)
     double              wake_target_ms = 0.0; // the first wake_target_n target decodes at the start and after waking
     int32_t             wake_target_n  = 8;   //   cost this much more (the hidden-state output's graphs: H100, 2-4 ms)
     double              ctx_loss    = 0.0;   // acceptance x (1 - ctx_loss exp(-rows / ctx_tau)), rows: the MTP
@@ -248,7 +252,10 @@ class sim {
             // a draft attends over the MTP rows written since the MTP KV restarted (waking; a new generation
             // starts with its prompt's): fewer of them accept less (ctx_loss, ctx_tau)
             const double ctx_factor = 1.0 - m.ctx_loss * std::exp(-(double) mtp_ctx / std::max(1.0, m.ctx_tau));
-            const double hard = r.tokens >= m.hard_at && r.tokens < m.hard_at + m.hard_tokens ? m.hard_factor : 1.0;
+            double       hard = r.tokens >= m.hard_at && r.tokens < m.hard_at + m.hard_tokens ? m.hard_factor : 1.0;
+            if (m.prompt > 0 && m.prompt - 1 - left < m.open_tokens) { // an answer's opening accepts less
+                hard *= m.open_factor;
+            }
             while (n_acc < kd && u(rng) < std::min(0.99, hard * ctx_factor * acc_factor * m.cond(n_acc))) {
                 n_acc++;
             }
@@ -421,6 +428,8 @@ int main(int argc, char ** argv) {
             { "hard_at", [&](const char * x) { m.hard_at         = std::atoll(x); } },
             { "hard_tokens", [&](const char * x) { m.hard_tokens = std::atoll(x); } },
             { "hard_factor", [&](const char * x) { m.hard_factor = std::atof(x); } },
+            { "open_tokens", [&](const char * x) { m.open_tokens = std::atoll(x); } },
+            { "open_factor", [&](const char * x) { m.open_factor = std::atof(x); } },
             { "ctx_loss", [&](const char * x) { m.ctx_loss       = std::atof(x); } },
             { "wake_target_ms", [&](const char * x) { m.wake_target_ms = std::atof(x); } },
             { "wake_target_n", [&](const char * x) { m.wake_target_n = std::atoi(x); } },

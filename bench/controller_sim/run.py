@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("settings", nargs="*", metavar="KEY=VALUE",
                     help="plain_ms, v (V(1),V(2),..), sample_ms, switch_ms, draft_ms, row_ms, catchup_ms, "
                          "async_share, caller_ms, hidden_ms, cold_ms, cold_n, prompt, prefill_ms, new_size_ms, "
-                         "capture_ms, gpu, jitter, acc_spread, acc_seg, ctx_loss, ctx_tau, wake_target_ms, "
+                         "capture_ms, gpu, jitter, acc_spread, acc_seg, hard_at, hard_tokens, hard_factor, "
+                         "open_tokens, open_factor, ctx_loss, ctx_tau, wake_target_ms, "
                          "wake_target_n, rates, conf, tokens, cap, max_k, seed, trace (controller_sim.cpp says "
                          "what each is)")
     args = ap.parse_args(argv)
