@@ -97,6 +97,14 @@ def test_the_simulator_reports_the_machine_it_was_given(sim):
     # every target decode stalling 5 ms more (spike_p=1): MTP off's step is 12.7 + 0.3 + 5 + caller 0.1
     stalled = sim("27b-h100", "jitter=0", "tokens=2000", "spike_p=1", "spike_ms=5")["runs"]["off"]
     assert stalled["tok_per_ms"] == pytest.approx(1.0 / (12.7 + 0.3 + 5.0 + 0.1), rel=0.01)
+    # every answer's opening accepting less (open_tokens, open_factor): 100-token answers whose first 50
+    # tokens accept at half the rate emit fewer tokens per k=1 step, and openings of 0 tokens change nothing
+    answers = ("jitter=0", "tokens=20000", "prompt=100")
+    plain, opened = (sim("27b-h100", *answers, *extra)["runs"]["k=1"]["tokens_per_step"]
+                     for extra in [("open_tokens=0", "open_factor=0.5"), ("open_tokens=50", "open_factor=0.5")])
+    assert plain == pytest.approx(1.917, abs=0.03)
+    # 50 tokens at 1 + 0.917 / 2 per step, 50 at 1.917
+    assert opened == pytest.approx(100 / (50 / (1 + 0.917 / 2) + 50 / 1.917), abs=0.04)
 
 
 # The H100 as the 2026-11-25 traces showed it: the first decode of each size builds its graph (27B: +10
