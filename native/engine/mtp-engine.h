@@ -286,6 +286,9 @@ struct llama_mtp {
     // the first step (the engine's state after it is the one before)
     void    warm_up();
     int32_t n_warmed = 0; // target decode sizes warmed up (1..n_warmed)
+    // each target decode size 1..warm_sizes() twice as a step makes it (with_mtp: and the MTP decodes after it,
+    // drafts following draft_chain, nullptr: greedy), all removed again; the sizes done before a decode failed
+    int32_t warm_decodes(llama_sampler * draft_chain, bool with_mtp);
     // the same for a request's way of sampling (llama_mtp_set_target_sampling: the backend samplers it attaches
     // change every size's graphs), once per way, on an empty context; the request's state is left untouched
     void    warm_sampling(llama_sampler * chain);

@@ -44,32 +44,47 @@ static llama_token warm_token(const llama_vocab * vocab, int32_t n_vocab) {
     return tok < 0 || tok >= n_vocab ? 0 : tok;
 }
 
+// a way of sampling: what samples the target's rows and what the drafts' (warmed_way)
+static int32_t way_of(mtp::backend_pick target, mtp::backend_pick draft) {
+    return 3 * (int32_t) target + (int32_t) draft;
+}
+
+int32_t llama_mtp::warm_decodes(llama_sampler * draft_chain, bool with_mtp) {
+    const int32_t                  n_max = warm_sizes();
+    const llama_token              tok   = warm_token(vocab, n_vocab);
+    const std::vector<llama_token> toks(std::max(n_max, 1), tok);
+    int32_t                        n_done = 0;
+    for (int32_t n = 1; n <= n_max; ++n) {
+        for (int32_t rep = 0; rep < 2; ++rep) {
+            // as a step decodes them: a verify outputs every row's logits, a plain step the last row's
+            bool ok = decode_target(toks.data(), n, 0, n > 1, true) == LLAMA_MTP_OK; // false: no room in the context
+            // then the MTP decodes of a step after it: the first draft decode writes the step's n rows ahead of
+            // its own (queue_ahead: n + 1 rows), a draft after a step that accepted none decodes 1 row. Several
+            // heads draft from an MTP KV that ends at the draft's position (the catch-up writes it), so they make
+            // no such lone row here
+            if (ok && with_mtp) {
+                ok = catch_up(toks.data(), n, 0, /*for_draft*/ true) == LLAMA_MTP_OK &&
+                     draft_at(n, tok, h_at(n - 1), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK &&
+                     (multi() || draft_at(n + 1, tok, h_at(n), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK);
+            }
+            truncate_target_to(0);
+            truncate_mtp_to(0);
+            if (!ok) {
+                return n_done;
+            }
+        }
+        n_done = n;
+    }
+    return n_done;
+}
+
 void llama_mtp::warm_up() {
     if (ctx_mtp == nullptr || !warms_up()) {
         return;
     }
-    const int32_t                  n_max = warm_sizes();
-    const llama_token              tok   = warm_token(vocab, n_vocab);
-    const std::vector<llama_token> toks(std::max(n_max, 1), tok);
-    bool                           ok = true;
-    for (int32_t n = 1; n <= n_max && ok; ++n) {
-        for (int32_t rep = 0; rep < 2 && ok; ++rep) {
-            // as a step decodes them: a verify outputs every row's logits, a plain step the last row's
-            ok = decode_target(toks.data(), n, 0, n > 1, true) == LLAMA_MTP_OK; // false: no room in the context
-            // then the MTP decodes of a step after it: the first draft decode writes the step's n rows ahead of
-            // its own (queue_ahead: n + 1 rows), a draft after a step that accepted none decodes 1 row
-            if (ok) {
-                ok = catch_up(toks.data(), n, 0, /*for_draft*/ true) == LLAMA_MTP_OK &&
-                     draft_at(n, tok, h_at(n - 1), 1, nullptr, /*keep_first*/ true) == LLAMA_MTP_OK &&
-                     draft_at(n + 1, tok, h_at(n), 1, nullptr, /*keep_first*/ true) == LLAMA_MTP_OK;
-            }
-            truncate_target_to(0);
-            truncate_mtp_to(0);
-        }
-        n_warmed = ok ? n : n_warmed;
-    }
+    n_warmed   = warm_decodes(nullptr, /*with_mtp*/ true);
     stats      = llama_mtp_stats{};
-    warmed_way = 3 * (int32_t) mtp::backend_pick::none + (int32_t) mtp::backend_pick::greedy;
+    warmed_way = way_of(mtp::backend_pick::none, mtp::backend_pick::greedy);
 }
 
 // The graphs of a request's way of sampling. llama_mtp_set_target_sampling attaches a backend sampler to the
@@ -93,7 +108,7 @@ void llama_mtp::warm_sampling(llama_sampler * chain) {
     llama_sampler *         draft_chain = ctx_mtp != nullptr && mode != LLAMA_MTP_DRAFT_GREEDY ? chain : nullptr;
     const mtp::backend_pick draft_kind =
         ctx_mtp == nullptr ? mtp::backend_pick::none : wanted_backend_draft(draft_chain);
-    const int32_t way = 3 * (int32_t) target_kind + (int32_t) draft_kind;
+    const int32_t way = way_of(target_kind, draft_kind);
     if (way == warmed_way) {
         return;
     }
@@ -106,34 +121,17 @@ void llama_mtp::warm_sampling(llama_sampler * chain) {
     const int32_t         ctrl_k0 = ctrl.k_max;
     ctrl.k_max                    = 0; // the controller learns nothing from these decodes
 
-    const int32_t                  n_max = warm_sizes();
-    const llama_token              tok   = warm_token(vocab, n_vocab);
-    const std::vector<llama_token> toks(n_max, tok);
     // a sleeping MTP side (a sleep outlives generations) writes and drafts nothing until it wakes: target only
-    const bool                     mtp_too = ctx_mtp != nullptr && !ctrl.asleep;
-    bool                           ok      = true;
-    n_warmed_sampling                      = 0;
-    for (int32_t n = 1; n <= n_max && ok; ++n) {
-        for (int32_t rep = 0; rep < 2 && ok; ++rep) {
-            ok = decode_target(toks.data(), n, 0, n > 1, true) == LLAMA_MTP_OK;
-            // as warm_up(); several heads draft from an MTP KV that ends at the draft's position (the catch-up
-            // writes it), so their lone draft row after a step that accepted none is not made here
-            if (ok && mtp_too) {
-                ok = catch_up(toks.data(), n, 0, /*for_draft*/ true) == LLAMA_MTP_OK &&
-                     draft_at(n, tok, h_at(n - 1), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK &&
-                     (multi() || draft_at(n + 1, tok, h_at(n), 1, draft_chain, /*keep_first*/ true) == LLAMA_MTP_OK);
-            }
-            truncate_target_to(0);
-            truncate_mtp_to(0);
-        }
-        n_warmed_sampling = ok ? n : n_warmed_sampling;
-    }
+    const bool mtp_too = ctx_mtp != nullptr && !ctrl.asleep;
+    n_warmed_sampling  = warm_decodes(draft_chain, mtp_too);
+    bool ok            = n_warmed_sampling == warm_sizes();
     // a sleeping engine's plain decodes output no hidden state: another graph (its first two decodes cost ~16 ms
     // at each fall asleep on the H100). Only this engine's switch: it is awake, so the output comes back on.
     if (ok && mtp_too) {
         llama_set_embeddings_nextn(ctx_tgt, false, /*masked*/ false);
+        const llama_token tok = warm_token(vocab, n_vocab);
         for (int32_t rep = 0; rep < 2 && ok; ++rep) {
-            ok = decode_target(toks.data(), 1, 0, false, true) == LLAMA_MTP_OK;
+            ok = decode_target(&tok, 1, 0, false, true) == LLAMA_MTP_OK;
             truncate_target_to(0);
         }
         llama_set_embeddings_nextn(ctx_tgt, true, /*masked*/ false);
