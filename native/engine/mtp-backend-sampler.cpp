@@ -76,9 +76,14 @@ ggml_tensor * row_scores(ggml_context * ctx, ggml_tensor * row, ggml_tensor ** d
     return scores;
 }
 
+// the entries at indices `idx` of a 1-d tensor x of n entries
+ggml_tensor * entries_at(ggml_context * ctx, ggml_tensor * x, ggml_tensor * idx, int64_t n) {
+    return ggml_get_rows(ctx, ggml_reshape_2d(ctx, x, 1, n), idx);
+}
+
 // the token ids of indices `idx` into n scores (row_scores): through d2t where there is one
 ggml_tensor * token_ids(ggml_context * ctx, ggml_tensor * d2t, ggml_tensor * idx, int64_t n) {
-    return d2t ? ggml_get_rows(ctx, ggml_reshape_2d(ctx, d2t, 1, n), idx) : idx;
+    return d2t ? entries_at(ctx, d2t, idx, n) : idx;
 }
 
 void greedy_backend_apply(llama_sampler *, ggml_context * ctx, ggml_cgraph *, llama_sampler_data * data) {
@@ -90,7 +95,7 @@ void greedy_backend_apply(llama_sampler *, ggml_context * ctx, ggml_cgraph *, ll
     const int64_t n      = ggml_nelements(scores);
     ggml_tensor * top    = ggml_argmax(ctx, scores); // i32 [1], an index into scores
     ggml_tensor * probs  = ggml_soft_max(ctx, scores);
-    data->probs          = ggml_get_rows(ctx, ggml_reshape_2d(ctx, probs, 1, n), top);
+    data->probs          = entries_at(ctx, probs, top, n);
     data->sampled        = token_ids(ctx, d2t, top, n);
     data->logits         = nullptr;
 }
@@ -123,7 +128,7 @@ void top_k_backend_apply(llama_sampler *, ggml_context * ctx, ggml_cgraph *, lla
     ggml_tensor * scores = row_scores(ctx, data->logits, &d2t);
     const int64_t n      = ggml_nelements(scores);
     ggml_tensor * top = ggml_top_k(ctx, scores, (int) std::min<int64_t>(BACKEND_TOP_K, n)); // i32, indices into scores
-    data->logits      = ggml_get_rows(ctx, ggml_reshape_2d(ctx, scores, 1, n), top);
+    data->logits      = entries_at(ctx, scores, top, n);
     data->candidates  = token_ids(ctx, d2t, top, n);
 }
 
