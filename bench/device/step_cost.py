@@ -34,6 +34,9 @@ def main() -> int:
     ap.add_argument("--mtp", choices=("on", "off"), default="on",
                     help="off: the plain target context (no rollback snapshots), as MTP off decodes")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--dump-logits", default=None, metavar="FILE",
+                    help="instead of timing: after the prompt, decode batches of 1..8 tokens once each and write "
+                         "every row's logits to FILE (raw float32, in order), to compare two builds or settings")
     a = ap.parse_args()
 
     from pymtp._native import llama as L
@@ -58,6 +61,15 @@ def main() -> int:
 
     M.decode(ctx, list(range(100, 164)), 0)   # a 64-token prompt
     pos = 64
+    if a.dump_logits:
+        with open(a.dump_logits, "wb") as f:
+            for n in range(1, 9):
+                decode(n)
+                for i in range(n):
+                    row = lib.llama_get_logits_ith(ctx, i)
+                    f.write(C.string_at(row, 4 * n_vocab))
+        rt.close()
+        return 0
     if a.ncu_phase:
         cuda = C.CDLL("libcuda.so.1")
         for _ in range(4):                    # warm: CUDA graph captured for this size
