@@ -29,12 +29,14 @@ if [ "${SKIP_CHECKS:-0}" != 1 ]; then
             if [ $side = A ]; then e=$A; else e=; fi
             env $e python3 $REPO/bench/device/step_cost.py $smol --mtp-head $head --sizes 1,2,3,4,8 2>&1 | tail -n 6
         done
-        NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+        source $REPO/bench/device/ncu.sh
         if [ -n "$NCU" ]; then
             for side in A B; do
-                if [ $side = A ]; then e=$A; else e=; fi
-                env $e timeout 120 $NCU --profile-from-start off --csv --page raw --metrics gpu__time_duration.sum \
-                    python3 $REPO/bench/device/step_cost.py $smol --mtp-head $head --ncu-phase 3 > /tmp/t3-$side.csv 2>/dev/null
+                (
+                    [ $side = A ] && export "$A"
+                    NCU_TIMEOUT=120 ncu_kernels /tmp/t3-$side.csv python3 $REPO/bench/device/step_cost.py $smol \
+                        --mtp-head $head --ncu-phase 3
+                )
                 echo "== one 3-token decode, side $side: $(grep -c '^"[0-9]' /tmp/t3-$side.csv) kernels"
             done
         fi

@@ -15,7 +15,7 @@ say() { echo "[smol-cost +$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt
 export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
 smol=$PYMTP_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
 head=$REPO/pymtp/data/SmolLM2-135M-Instruct.Q4_1.mtp.gguf
-NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+source $REPO/bench/device/ncu.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 cd /tmp
 {
@@ -31,8 +31,7 @@ cd /tmp
 ncu_run() {   # ncu_run NAME SCRIPT ARGS...: one phase's kernels into /tmp/NAME.csv
     local name=$1; shift
     say "ncu: $name"
-    timeout ${NCU_TIMEOUT:-180} $NCU --profile-from-start off --cache-control none --clock-control none --csv \
-        --page raw --metrics gpu__time_duration.sum python3 "$@" > /tmp/$name.csv 2> /tmp/$name.err
+    NCU_TIMEOUT=${NCU_TIMEOUT:-180} ncu_kernels /tmp/$name.csv python3 "$@"
     echo "rc=$? kernels=$(grep -c '^"[0-9]' /tmp/$name.csv)"
 }
 ncu_run t1 $REPO/bench/device/step_cost.py $smol --mtp-head $head --ncu-phase 1

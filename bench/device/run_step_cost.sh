@@ -14,7 +14,7 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 say() { echo "[step-cost +$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt"; }
 export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
-NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+source $REPO/bench/device/ncu.sh
 say "ncu: ${NCU:-none}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 for model in ${MODELS:-qwen35-27b}; do
@@ -36,8 +36,7 @@ for model in ${MODELS:-qwen35-27b}; do
     for n in ${PHASES:-1 4}; do
         [ -n "$NCU" ] || break
         say "$model: ncu, one $n-token decode"
-        timeout ${NCU_TIMEOUT:-240} $NCU --profile-from-start off --cache-control none --clock-control none --csv --page raw --metrics gpu__time_duration.sum \
-            python3 $REPO/bench/device/step_cost.py $m --ncu-phase $n > /tmp/k$n-$model.csv 2> /tmp/k$n-$model.err
+        ncu_kernels /tmp/k$n-$model.csv python3 $REPO/bench/device/step_cost.py $m --ncu-phase $n
         say "ncu rc=$? lines=$(wc -l < /tmp/k$n-$model.csv)"; grep -m3 -i "error\|warn" /tmp/k$n-$model.err
         csvs+=(/tmp/k$n-$model.csv)
     done
