@@ -1,0 +1,96 @@
+# Which op first computes a token's row differently in a one-token decode than in a 2-token decode? (the search
+# behind patch 0031; bench/device/batch_invariance.py says whether they differ at all)
+#
+#     cd /tmp && LD_PRELOAD=<the system libstdc++> python3 $REPO/bench/device/first_diverging_op.py MODEL.gguf [N]
+#
+# A context as the engine makes one (llama.cpp's default KV type, flash attention auto, all layers on the GPU) with
+# an eval callback that copies every contiguous F32 node to the host. After the same prompt, one decode of a token
+# alone and one of it with a second token (N rows, default 2); per node name, the token's row in each, compared.
+# Prints the nodes in graph order with the first differences. The callback runs the graph node by node, so
+# ggml-cuda's fusions and CUDA graphs are off here: a difference that only the fused graph has does not show.
+import ctypes as C
+import sys
+
+import numpy as np
+
+from pymtp._native import llama as L
+from pymtp._native import model_calls as M
+from pymtp._native.lib import load
+
+PROMPT = [1, 450, 4955, 310, 278, 14010, 3965, 16410, 297, 278, 285, 2027, 23275, 6462, 29892, 746]
+CB = C.CFUNCTYPE(C.c_bool, C.c_void_p, C.c_bool, C.c_void_p)
+
+
+def main() -> int:
+    path, n = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    lib, dll = L.lib(), load()   # dll: the ggml functions, through libllama's dependencies
+    for fn, res, args in [("ggml_get_name", C.c_char_p, [C.c_void_p]), ("ggml_nbytes", C.c_size_t, [C.c_void_p]),
+                          ("ggml_is_contiguous", C.c_bool, [C.c_void_p]),
+                          ("ggml_backend_tensor_get", None, [C.c_void_p, C.c_void_p, C.c_size_t, C.c_size_t])]:
+        getattr(dll, fn).restype, getattr(dll, fn).argtypes = res, args
+    seen: dict[str, np.ndarray] = {}
+    order: list[str] = []
+
+    def cb(t, ask, _ud):
+        if ask:
+            return True
+        ttype = C.c_int32.from_address(t).value
+        if ttype != 0 or not dll.ggml_is_contiguous(t):
+            return True
+        ne = [C.c_int64.from_address(t + 16 + 8 * i).value for i in range(4)]
+        name = dll.ggml_get_name(t).decode()
+        buf = np.empty(int(np.prod(ne)), dtype=np.float32)
+        dll.ggml_backend_tensor_get(t, buf.ctypes.data, 0, buf.nbytes)
+        if name not in seen:
+            order.append(name)
+        seen[name] = buf.reshape(ne[::-1])
+        return True
+
+    keep = CB(cb)
+    model = M.load_model(path, n_gpu_layers=99)
+    cp = lib.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.no_perf = 512, 64, 64, 1, True
+    cp.cb_eval = C.cast(keep, C.c_void_p)
+    ctx = lib.llama_init_from_model(model, cp)
+    n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
+    prompt = [t % n_vocab for t in PROMPT]
+    tail = [(prompt[-1] * 7 + i * 13) % n_vocab for i in range(n)]
+
+    def run(rows: int) -> dict[str, np.ndarray]:
+        lib.llama_memory_seq_rm(lib.llama_get_memory(ctx), -1, -1, -1)
+        M.decode(ctx, prompt, 0, outputs=[len(prompt) - 1])
+        seen.clear()
+        order.clear()
+        M.decode(ctx, tail[:rows], len(prompt))
+        return dict(seen), list(order)
+
+    one, names = run(1)
+    many, _ = run(n)
+    shown = 0
+    for name in names:
+        a, b = one[name], many.get(name)
+        if b is None or a.ndim != b.ndim:
+            continue
+        axes = [i for i in range(a.ndim) if a.shape[i] == 1 and b.shape[i] == n]
+        if a.shape == b.shape:
+            row_b = b
+        elif len(axes) == 1 and all(a.shape[i] == b.shape[i] for i in range(a.ndim) if i != axes[0]):
+            row_b = np.take(b, [0], axis=axes[0])
+        else:
+            continue
+        if np.array_equal(a, row_b):
+            continue
+        with np.errstate(invalid="ignore"):
+            d = float(np.nanmax(np.abs(a - row_b)))
+        print(f"  {name:28s} {tuple(a.shape)} vs {tuple(b.shape)}: max |diff| {d:.3g}")
+        shown += 1
+        if shown >= 12:
+            break
+    print(f"{path}: {len(names)} F32 nodes, 1 row vs row 0 of {n}: " + ("all bitwise" if shown == 0 else
+                                                                       f"first {shown} that differ above"))
+    lib.llama_free(ctx)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Batch-invariant small decodes on CUDA (patch 0031): does each row of a 2..8-token decode round exactly like a
+# one-token decode (MTP on's verify against MTP off's step), and what does it cost? One build; side A is
+# GGML_CUDA_ROWS_INVARIANT=1 (upstream's attention and F16/F32 mat-vec choices), side B as built. Run after STEP=build of
+# run_adaptive.sh on the same warm machine (PART=smol also after the calls that store the built-in model's parts).
+#   PART=tiny  bench/device/batch_invariance.py on the tests' tiny F16 gemma3 and llama, each side, and
+#              first_diverging_op.py on each (as built) -> $OUT/invariance-tiny.txt
+#   PART=smol  the same on the built-in model (first_diverging_op.py with 3 rows); its target's decode times per size, each side (step_cost.py);
+#              pymtp bench at T=0 (MTP off, k=1,2,3, auto; "greedy outputs identical"), side B, and side A too
+#              with BENCH_A=1; auto_vs_off with the sides alternating (ab_native.sh, AB=1)
+#              -> $OUT/invariance-smol.txt, bench-t0-B.txt (bench-t0-A.txt), t0/ab-summary.txt
+# Knobs: LIMIT (16), NPRED (192), ORDER ("B A A B").
+set -uo pipefail
+OUT=${OUT:-/tmp/pymtp-out}
+REPO=$PWD
+mkdir -p "$OUT"
+export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
+A="GGML_CUDA_ROWS_INVARIANT=1"
+cxx=/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33   # numpy's libstdc++ must not load first (README.md here)
+both_sides() {   # both_sides ARGS...: batch_invariance.py under each side
+    for side in A B; do
+        if [ $side = A ]; then e=$A; else e=; fi
+        echo "== side $side (${e:-as built})"
+        (cd /tmp && env $e LD_PRELOAD=$cxx REPO=$REPO python3 $REPO/bench/device/batch_invariance.py "$@" 2>&1 \
+            | grep -v '^llama\|^load\|^print_info\|^\.')
+    done
+}
+case "${PART:-tiny}" in
+tiny)
+    {
+        both_sides
+        for a in gemma3 llama; do   # the models batch_invariance.py made
+            (cd /tmp && LD_PRELOAD=$cxx python3 $REPO/bench/device/first_diverging_op.py /tmp/bi-$a.gguf 2 2>&1 | tail -n 13)
+        done
+    } 2>&1 | tee "$OUT/invariance-tiny.txt"
+    ;;
+smol)
+    OUT=/tmp/inv-model STEP=model bash bench/device/run_adaptive.sh > /dev/null || exit 1
+    smol=$PYMTP_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
+    head=$REPO/pymtp/data/SmolLM2-135M-Instruct.Q4_1.mtp.gguf
+    {
+        both_sides $smol
+        (cd /tmp && LD_PRELOAD=$cxx python3 $REPO/bench/device/first_diverging_op.py $smol 3 2>&1 | tail -n 13)
+        for side in A B; do
+            if [ $side = A ]; then e=$A; else e=; fi
+            echo "== target decodes, side $side"
+            (cd /tmp && env $e python3 $REPO/bench/device/step_cost.py $smol --mtp-head $head --sizes 1,2,3,4,5,8 \
+                2>&1 | tail -n 7)
+        done
+    } 2>&1 | tee "$OUT/invariance-smol.txt"
+    args=(--prompts mtbench --limit "${LIMIT:-16}" -n "${NPRED:-192}" --n-drafts 1,2,3,auto --ngl 99)
+    for side in B ${BENCH_A:+A}; do
+        if [ $side = A ]; then e=$A; else e=; fi
+        (cd /tmp && env $e pymtp bench "${args[@]}" > "$OUT/bench-t0-$side.txt" 2>&1)
+        echo "== pymtp bench T=0, side $side"; tail -n 14 "$OUT/bench-t0-$side.txt"
+    done
+    if [ "${AB:-1}" = 1 ]; then
+        mkdir -p "$OUT/t0"
+        OUT=$OUT/t0 AB_ENV_A="$A" AB_ENV_B="" AB_ORDER="${ORDER:-B A A B}" \
+            AB_AVO="--ngl 99 --limit ${LIMIT:-16} --passes 1 -n ${NPRED:-192} --fixed 1,2,3" bash bench/device/ab_native.sh
+    fi
+    ;;
+esac
