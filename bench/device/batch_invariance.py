@@ -8,6 +8,8 @@
 # batches of n = 2..8 tokens and in a mixed run of sizes (MTP on's verifies, all drafts accepted). Every continuation
 # row's logits are compared with the one-token decodes' row: "bitwise" when all are equal, else the largest
 # difference and how many rows differ. The KV cache the rows read is written by those same batches, as in MTP on.
+# Last, a 96-token prefill's last row (its logits) with every row's hidden state kept, as MTP on's target decodes a
+# prompt (the last layer then runs on every row), against MTP off's (the last layer runs on the output row only).
 # Knobs read by ggml-cuda at start-up (GGML_CUDA_ROWS_INVARIANT=1 is upstream's kernel choices) act on the whole
 # run; run it once per setting. Run from /tmp (the installed package) with pymtp_devtools from the repository.
 import os
@@ -62,6 +64,28 @@ def check(path: Path, label: str) -> None:
         argmax = int((got.argmax(axis=1) != ref.argmax(axis=1)).sum())
         print(f"  {name:6s} {verdict}; argmax differs in {argmax} rows")
     model.close()
+    print(f"  prefill of 96 tokens, its last row with every row's hidden state kept (MTP on's target) against "
+          f"without: {prefill_last_row(path)}")
+
+
+def prefill_last_row(path: Path) -> str:
+    """the last prompt row's logits from a prefill as MTP off runs it (only that row's output) against one that also
+    keeps every row's hidden state (MTP on's target: the last layer then runs on every row)"""
+    lib = L.lib()
+    model = M.load_model(path, n_gpu_layers=OPTS["n_gpu_layers"])
+    n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
+    rows = []
+    for all_rows in (False, True):
+        ctx = M.new_context(model, 256, engine_attention=True)
+        if all_rows:
+            M.set_nextn_outputs(ctx, True)
+        prompt = [(7 + 13 * i) % n_vocab for i in range(96)]
+        M.decode(ctx, prompt, 0, outputs=[len(prompt) - 1])
+        rows.append(np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy())
+        M.free_context(ctx)
+    M.free_model(model)
+    d = float(np.abs(rows[0] - rows[1]).max())
+    return "bitwise" if d == 0 else f"max |diff| {d:.3g}, argmax {'differs' if rows[0].argmax() != rows[1].argmax() else 'same'}"
 
 
 def main() -> int:
