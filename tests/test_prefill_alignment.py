@@ -72,3 +72,45 @@ def test_prefill_with_reuse_gives_bitwise_equal_logits(arch, tiny_model_path):
             assert np.array_equal(a, b), (
                 f"{arch}: target logits differ after prefill #{i} ({len(prompt)} tokens), "
                 f"max |diff| {np.abs(a - b).max():.3g}")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2", "qwen3"])
+def test_a_prompts_output_row_takes_the_plain_last_layer_and_every_hidden_state_is_kept(arch, tmp_path):
+    """Patch 0032: a dense target that keeps every row's hidden state (MTP on's) and wants one row's logits (a
+    prompt) runs its last layer's tail twice, on every row for the hidden states and on the output row alone for
+    the logits. The output row's logits equal a plain context's, and every row's hidden state equals what a decode
+    with every row an output (one tail) keeps. (On a GPU the first is what the patch is for: the FFN of a prompt-
+    sized batch runs other kernels than a one-row one. The CPU's kernels agree either way; the second fails if the
+    two tails are mixed up.)"""
+    from pymtp._native import model_calls as M
+    from pymtp_devtools.tiny_dense import make_tiny_dense
+
+    model = M.load_model(make_tiny_dense(arch, tmp_path / f"{arch}.gguf", seed=11), n_gpu_layers=NGL)
+    lib, n_embd = L.lib(), M.model_n_embd(model)
+    n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
+    prompt = [(5 + 29 * i) % n_vocab for i in range(24)]
+    plain, split, every = (M.new_context(model, 64, engine_attention=True) for _ in range(3))
+    try:
+        M.set_nextn_outputs(split, True)
+        M.set_nextn_outputs(every, True)
+        M.decode(plain, prompt, 0, outputs=[len(prompt) - 1])
+        M.decode(split, prompt, 0, outputs=[len(prompt) - 1])
+        M.decode(every, prompt, 0)
+
+        def last_row(ctx):
+            return np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
+
+        assert np.array_equal(last_row(split), last_row(plain))
+        if not NGL:   # on a GPU `every` runs the output row's FFN in a 24-row batch: other kernels
+            assert np.array_equal(last_row(split), last_row(every))
+        h_split = np.array(M.nextn_rows(split, len(prompt), n_embd))
+        h_every = np.array(M.nextn_rows(every, len(prompt), n_embd))
+        assert h_split.shape == (len(prompt), n_embd) and np.isfinite(h_split).all()
+        if NGL:   # the all-rows tail runs the same rows in both; on a GPU only the kernels' own rounding may differ
+            assert np.abs(h_split - h_every).max() < 1e-3
+        else:
+            assert np.array_equal(h_split, h_every)
+    finally:
+        for ctx in (plain, split, every):
+            M.free_context(ctx)
+        M.free_model(model)
