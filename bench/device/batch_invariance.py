@@ -85,7 +85,8 @@ def prefill_last_row(path: Path) -> str:
         M.free_context(ctx)
     M.free_model(model)
     d = float(np.abs(rows[0] - rows[1]).max())
-    return "bitwise" if d == 0 else f"max |diff| {d:.3g}, argmax {'differs' if rows[0].argmax() != rows[1].argmax() else 'same'}"
+    argmax = "differs" if rows[0].argmax() != rows[1].argmax() else "same"
+    return "bitwise" if d == 0 else f"max |diff| {d:.3g}, argmax {argmax}"
 
 
 def main() -> int:
