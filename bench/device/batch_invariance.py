@@ -63,27 +63,25 @@ def check(path: Path, label: str) -> None:
         verdict = "bitwise" if same.all() else f"{int((~same).sum())} rows differ, max |diff| {diff.max():.3g}"
         argmax = int((got.argmax(axis=1) != ref.argmax(axis=1)).sum())
         print(f"  {name:6s} {verdict}; argmax differs in {argmax} rows")
-    model.close()
     print(f"  prefill of 96 tokens, its last row with every row's hidden state kept (MTP on's target) against "
-          f"without: {prefill_last_row(path)}")
+          f"without: {prefill_last_row(model)}")
+    model.close()
 
 
-def prefill_last_row(path: Path) -> str:
+def prefill_last_row(model: pymtp.Model) -> str:
     """the last prompt row's logits from a prefill as MTP off runs it (only that row's output) against one that also
-    keeps every row's hidden state (MTP on's target: the last layer then runs on every row)"""
-    lib = L.lib()
-    model = M.load_model(path, n_gpu_layers=OPTS["n_gpu_layers"])
-    n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
+    keeps every row's hidden state (MTP on's target: the last layer then runs on every row), in two new contexts of
+    the model's weights"""
+    lib, n_vocab = L.lib(), model.rt.n_vocab
+    prompt = [(7 + 13 * i) % n_vocab for i in range(96)]
     rows = []
     for all_rows in (False, True):
-        ctx = M.new_context(model, 256, engine_attention=True)
+        ctx = M.new_context(model.rt.model, 256, engine_attention=True)
         if all_rows:
             M.set_nextn_outputs(ctx, True)
-        prompt = [(7 + 13 * i) % n_vocab for i in range(96)]
         M.decode(ctx, prompt, 0, outputs=[len(prompt) - 1])
         rows.append(np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy())
         M.free_context(ctx)
-    M.free_model(model)
     d = float(np.abs(rows[0] - rows[1]).max())
     argmax = "differs" if rows[0].argmax() != rows[1].argmax() else "same"
     return "bitwise" if d == 0 else f"max |diff| {d:.3g}, argmax {argmax}"

@@ -18,9 +18,10 @@ mkdir -p "$OUT"
 export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
 A="GGML_CUDA_ROWS_INVARIANT=1"
 cxx=/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33   # numpy's libstdc++ must not load first (README.md here)
+side_env() { [ "$1" = A ] && echo "$A"; }   # side_env SIDE: the environment assignment of that side, if any
 both_sides() {   # both_sides ARGS...: batch_invariance.py under each side
     for side in A B; do
-        if [ $side = A ]; then e=$A; else e=; fi
+        e=$(side_env $side)
         echo "== side $side (${e:-as built})"
         (cd /tmp && env $e LD_PRELOAD=$cxx REPO=$REPO python3 $REPO/bench/device/batch_invariance.py "$@" 2>&1 \
             | grep -v '^llama\|^load\|^print_info\|^\.')
@@ -43,7 +44,7 @@ smol)
         both_sides $smol
         (cd /tmp && LD_PRELOAD=$cxx python3 $REPO/bench/device/first_diverging_op.py $smol 3 2>&1 | tail -n 13)
         for side in A B; do
-            if [ $side = A ]; then e=$A; else e=; fi
+            e=$(side_env $side)
             echo "== target decodes, side $side"
             (cd /tmp && env $e python3 $REPO/bench/device/step_cost.py $smol --mtp-head $head --sizes 1,2,3,4,5,8 \
                 2>&1 | tail -n 7)
@@ -51,7 +52,7 @@ smol)
     } 2>&1 | tee "$OUT/invariance-smol.txt"
     args=(--prompts mtbench --limit "${LIMIT:-16}" -n "${NPRED:-192}" --n-drafts 1,2,3,auto --ngl 99)
     for side in B ${BENCH_A:+A}; do
-        if [ $side = A ]; then e=$A; else e=; fi
+        e=$(side_env $side)
         (cd /tmp && env $e pymtp bench "${args[@]}" > "$OUT/bench-t0-$side.txt" 2>&1)
         echo "== pymtp bench T=0, side $side"; tail -n 14 "$OUT/bench-t0-$side.txt"
     done
