@@ -8,6 +8,11 @@
 # alone and one of it with a second token (N rows, default 2); per node name, the token's row in each, compared.
 # Prints the nodes in graph order with the first differences. The callback runs the graph node by node, so
 # ggml-cuda's fusions and CUDA graphs are off here: a difference that only the fused graph has does not show.
+#
+#     ... first_diverging_op.py MODEL.gguf --prefill
+#
+# instead compares a 96-token prefill's nodes as MTP off decodes it (the last row's logits only) with MTP on's target
+# (every row's hidden state kept, patch 0032's two tails of the last layer), node by node where the shapes match.
 import ctypes as C
 import sys
 
@@ -22,7 +27,9 @@ CB = C.CFUNCTYPE(C.c_bool, C.c_void_p, C.c_bool, C.c_void_p)
 
 
 def main() -> int:
-    path, n = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    path = sys.argv[1]
+    prefill = len(sys.argv) > 2 and sys.argv[2] == "--prefill"
+    n = 1 if prefill else int(sys.argv[2]) if len(sys.argv) > 2 else 2
     lib, dll = L.lib(), load()   # dll: the ggml functions, through libllama's dependencies
     for fn, res, args in [("ggml_get_name", C.c_char_p, [C.c_void_p]), ("ggml_nbytes", C.c_size_t, [C.c_void_p]),
                           ("ggml_is_contiguous", C.c_bool, [C.c_void_p]),
@@ -43,7 +50,8 @@ def main() -> int:
         dll.ggml_backend_tensor_get(t, buf.ctypes.data, 0, buf.nbytes)
         if name not in seen:
             order.append(name)
-        seen[name] = buf.reshape(ne[::-1])
+            seen[name] = []
+        seen[name].append(buf.reshape(ne[::-1]))   # a node of the same name may run twice (the two tails)
         return True
 
     keep = CB(cb)
@@ -55,6 +63,8 @@ def main() -> int:
     n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
     prompt = [t % n_vocab for t in PROMPT]
     tail = [(prompt[-1] * 7 + i * 13) % n_vocab for i in range(n)]
+    if prefill:
+        return compare_prefill(lib, model, cp, keep, seen, order, path, n_vocab)
 
     def run(rows: int) -> dict[str, np.ndarray]:
         lib.llama_memory_seq_rm(lib.llama_get_memory(ctx), -1, -1, -1)
@@ -62,7 +72,7 @@ def main() -> int:
         seen.clear()
         order.clear()
         M.decode(ctx, tail[:rows], len(prompt))
-        return dict(seen), list(order)
+        return {k: v[-1] for k, v in seen.items()}, list(order)
 
     one, names = run(1)
     many, _ = run(n)
@@ -89,6 +99,39 @@ def main() -> int:
     print(f"{path}: {len(names)} F32 nodes, 1 row vs row 0 of {n}: " + ("all bitwise" if shown == 0 else
                                                                        f"first {shown} that differ above"))
     lib.llama_free(ctx)
+    return 0
+
+
+def compare_prefill(lib, model, cp, keep, seen, order, path, n_vocab) -> int:
+    prompt = [(7 + 13 * i) % n_vocab for i in range(96)]
+    cp.n_batch = cp.n_ubatch = 128
+    runs = []
+    for all_rows in (False, True):
+        ctx = lib.llama_init_from_model(model, cp)
+        if all_rows:
+            M.set_nextn_outputs(ctx, True)
+        seen.clear()
+        order.clear()
+        M.decode(ctx, prompt, 0, outputs=[len(prompt) - 1])
+        logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
+        runs.append(({k: list(v) for k, v in seen.items()}, list(order), logits))
+        lib.llama_free(ctx)
+    (plain, names, la), (split, _, lb) = runs
+    shown = 0
+    for name in names:
+        for a in plain[name]:
+            same_shape = [b for b in split.get(name, []) if b.shape == a.shape]
+            if not same_shape or any(np.array_equal(a, b) for b in same_shape):
+                continue
+            d = min(float(np.nanmax(np.abs(a - b))) for b in same_shape)
+            print(f"  {name:28s} {tuple(a.shape)}: max |diff| {d:.3g}")
+            shown += 1
+        if shown >= 12:
+            break
+    d = float(np.abs(la - lb).max())
+    print(f"{path}: prefill of 96, {len(names)} F32 node names, plain vs every row's hidden state kept: "
+          + ("all bitwise" if shown == 0 else f"first {shown} that differ above")
+          + "; last row's logits (node by node, no fusions): " + ("bitwise" if d == 0 else f"max |diff| {d:.3g}"))
     return 0
 
 
