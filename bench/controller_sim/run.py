@@ -57,6 +57,15 @@ PRESETS = {
                      "caller_ms=0.04", "rates=0.62,0.38,0.25,0.18,0.13,0.09,0.06,0.04", "acc_spread=0.35",
                      "acc_seg=150", "prompt=192", "tokens=4608", "new_size_ms=3", "capture_ms=2", "cold_ms=2",
                      "wake_target_ms=2", "jitter=0.05", "recapture_ms=2.5"],
+    # the built-in model with head v4 on an H200 after patch 0031 (2026-11-28, sixth session,
+    # docs/results/gpu-2026-11-28f): a verify of 2-3 rows costs a plain step (the vector kernels per row), drafts
+    # ~0.23 ms, a change of decode size ~0.5 ms, the KV window in steps of 1024 cells (patch ed903d5); fixed
+    # k=1 1.35x of MTP off, k=2 1.38x, auto 1.33x at T=0 (16 answers x 192)
+    "smol-v4-h200": ["plain_ms=1.2", "sample_ms=0.02", "v=1,1.01,1.04,1.21,1.27,1.35,1.43,1.52,2.9", "draft_ms=0.23",
+                     "catchup_ms=0.04", "row_ms=0.005", "hidden_ms=0.03", "switch_ms=0.5", "back_ms=0.1",
+                     "caller_ms=0.03", "rates=0.66,0.40,0.25,0.17,0.12,0.08,0.05,0.03", "acc_spread=0.35",
+                     "acc_seg=150", "prompt=192", "tokens=3072", "new_size_ms=3", "capture_ms=2", "cold_ms=2",
+                     "wake_target_ms=2", "jitter=0.05", "recapture_ms=2.5", "window=1024"],
     "smol-cpu": ["gpu=0", "plain_ms=11", "v=1,1.7,2.3,2.9,3.5,4.1,4.7,5.3,5.9", "sample_ms=0.05", "switch_ms=2",
                  "draft_ms=3.6", "row_ms=0.3", "catchup_ms=1", "async_share=0", "hidden_ms=0.2", "cold_ms=5",
                  "rates=0.58,0.2,0.07,0.02", "tokens=4096"],

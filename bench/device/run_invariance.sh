@@ -10,6 +10,10 @@
 #              with BENCH_A=1; the built-in model's greedy chat identity test and tests/test_prefill_alignment.py on
 #              the GPU (gpu_tests.sh); auto_vs_off with the sides alternating (ab_native.sh, AB=1)
 #              -> $OUT/invariance-smol.txt, bench-t0-B.txt (bench-t0-A.txt), gpu-tests*.txt, t0/ab-summary.txt
+#   PART=prefill  where a prefill's last row differs with every row's hidden state kept (patch 0032 on tiny qwen3 and
+#              gemma3): batch_invariance.py's prefill check on the four tiny archs as built, with ggml-cuda's fusions
+#              off and with CUDA graphs off; first_diverging_op.py --prefill on tiny qwen3 and gemma3; the prefill
+#              tests on the GPU -> $OUT/invariance-prefill.txt, gpu-tests*.txt
 # Knobs: LIMIT (16), NPRED (192), ORDER ("B A A B").
 set -uo pipefail
 OUT=${OUT:-/tmp/pymtp-out}
@@ -35,6 +39,21 @@ tiny)
             (cd /tmp && LD_PRELOAD=$cxx python3 $REPO/bench/device/first_diverging_op.py /tmp/bi-$a.gguf 2 2>&1 | tail -n 13)
         done
     } 2>&1 | tee "$OUT/invariance-tiny.txt"
+    ;;
+prefill)
+    {
+        for e in "" GGML_CUDA_DISABLE_FUSION=1 GGML_CUDA_DISABLE_GRAPHS=1; do
+            echo "== ${e:-as built}"
+            (cd /tmp && env $e ARCHS="llama qwen2 qwen3 gemma3" PREFILL_ONLY=1 LD_PRELOAD=$cxx REPO=$REPO \
+                python3 $REPO/bench/device/batch_invariance.py 2>&1 | grep 'prefill\|Error\|error')
+        done
+        for a in qwen3 gemma3; do
+            (cd /tmp && LD_PRELOAD=$cxx python3 $REPO/bench/device/first_diverging_op.py /tmp/bi-$a.gguf --prefill 2>&1 \
+                | tail -n 13)
+        done
+    } 2>&1 | tee "$OUT/invariance-prefill.txt"
+    TESTS="tests/test_prefill_alignment.py" SKIP_SYNC=1 bash bench/device/gpu_tests.sh > /dev/null 2>&1
+    echo "== GPU prefill tests"; tail -n 6 "$OUT/gpu-tests.txt"
     ;;
 smol)
     OUT=/tmp/inv-model STEP=model bash bench/device/run_adaptive.sh > /dev/null || exit 1
