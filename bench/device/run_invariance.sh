@@ -11,8 +11,8 @@
 #              the GPU (gpu_tests.sh); auto_vs_off with the sides alternating (ab_native.sh, AB=1)
 #              -> $OUT/invariance-smol.txt, bench-t0-B.txt (bench-t0-A.txt), gpu-tests*.txt, t0/ab-summary.txt
 #   PART=prefill  where a prefill's last row differs with every row's hidden state kept (patch 0032 on tiny qwen3 and
-#              gemma3): batch_invariance.py's prefill check on the four tiny archs as built, with ggml-cuda's fusions
-#              off and with CUDA graphs off; first_diverging_op.py --prefill on tiny qwen3 and gemma3; the prefill
+#              gemma3): batch_invariance.py's prefill check on the four tiny archs as built, side A (upstream's
+#              choices: patches 0031 and 0033 left out), with ggml-cuda's fusions off and with CUDA graphs off; first_diverging_op.py --prefill on tiny qwen3 and gemma3; the prefill
 #              tests on the GPU -> $OUT/invariance-prefill.txt, gpu-tests*.txt
 # Knobs: LIMIT (16), NPRED (192), ORDER ("B A A B").
 set -uo pipefail
@@ -42,7 +42,7 @@ tiny)
     ;;
 prefill)
     {
-        for e in "" GGML_CUDA_DISABLE_FUSION=1 GGML_CUDA_DISABLE_GRAPHS=1; do
+        for e in "" GGML_CUDA_ROWS_INVARIANT=1 GGML_CUDA_DISABLE_FUSION=1 GGML_CUDA_DISABLE_GRAPHS=1; do
             echo "== ${e:-as built}"
             (cd /tmp && env $e ARCHS="llama qwen2 qwen3 gemma3" PREFILL_ONLY=1 LD_PRELOAD=$cxx REPO=$REPO \
                 python3 $REPO/bench/device/batch_invariance.py 2>&1 | grep 'prefill\|Error\|error')
