@@ -11,8 +11,9 @@
 # Last, a 96-token prefill's last row (its logits) with every row's hidden state kept, as MTP on's target decodes a
 # prompt (the last layer then runs on every row), against MTP off's (the last layer runs on the output row only).
 # ARCHS (default "gemma3 llama") picks the tiny models, each made with the seed 4321 (qwen2, qwen3 too); PREFILL_ONLY=1
-# runs only the prefill check. Knobs read by ggml-cuda at start-up (GGML_CUDA_ROWS_INVARIANT=1 is upstream's kernel choices) act on the whole
-# run; run it once per setting. Run from /tmp (the installed package) with pymtp_devtools from the repository.
+# runs only the prefill check. Knobs read by ggml-cuda at start-up (GGML_CUDA_ROWS_INVARIANT=1 is upstream's kernel
+# choices) act on the whole run; run it once per setting. Run from /tmp (the installed package) with pymtp_devtools
+# from the repository.
 import os
 import sys
 from pathlib import Path

@@ -103,6 +103,8 @@ def main() -> int:
 
 
 def compare_prefill(lib, model, cp, keep, seen, order, path, n_vocab) -> int:
+    """--prefill: a 96-token prefill in a plain context and in one that keeps every row's hidden state, the same
+    callback (keep) filling seen/order in each; prints the nodes that differ and the last row's logits"""
     prompt = [(7 + 13 * i) % n_vocab for i in range(96)]
     cp.n_batch = cp.n_ubatch = 128
     runs = []
