@@ -26,53 +26,72 @@ PROMPT = [1, 450, 4955, 310, 278, 14010, 3965, 16410, 297, 278, 285, 2027, 23275
 CB = C.CFUNCTYPE(C.c_bool, C.c_void_p, C.c_bool, C.c_void_p)
 
 
+class Recorder:
+    """An eval callback that copies every contiguous F32 node of a decode to the host, by name, in graph order (a
+    node of the same name may run twice: patch 0032's two tails)"""
+
+    def __init__(self):
+        self.dll = load()   # the ggml functions, through libllama's dependencies
+        for fn, res, args in [("ggml_get_name", C.c_char_p, [C.c_void_p]), ("ggml_nbytes", C.c_size_t, [C.c_void_p]),
+                              ("ggml_is_contiguous", C.c_bool, [C.c_void_p]),
+                              ("ggml_backend_tensor_get", None, [C.c_void_p, C.c_void_p, C.c_size_t, C.c_size_t])]:
+            getattr(self.dll, fn).restype, getattr(self.dll, fn).argtypes = res, args
+        self.seen: dict[str, list[np.ndarray]] = {}
+        self.order: list[str] = []
+        self.cb = CB(self._node)   # kept alive as long as the contexts that call it
+
+    def _node(self, t, ask, _ud):
+        if ask:
+            return True
+        if C.c_int32.from_address(t).value != 0 or not self.dll.ggml_is_contiguous(t):
+            return True
+        ne = [C.c_int64.from_address(t + 16 + 8 * i).value for i in range(4)]
+        name = self.dll.ggml_get_name(t).decode()
+        buf = np.empty(int(np.prod(ne)), dtype=np.float32)
+        self.dll.ggml_backend_tensor_get(t, buf.ctypes.data, 0, buf.nbytes)
+        if name not in self.seen:
+            self.order.append(name)
+            self.seen[name] = []
+        self.seen[name].append(buf.reshape(ne[::-1]))
+        return True
+
+    def decode(self, ctx, tokens: list[int], pos0: int, outputs=None) -> tuple[dict[str, list[np.ndarray]], list[str]]:
+        """decode tokens in ctx and return the nodes this decode computed, and their order"""
+        self.seen, self.order = {}, []
+        M.decode(ctx, tokens, pos0, outputs=outputs)
+        return self.seen, self.order
+
+    def context(self, model, n_batch: int):
+        """a context as the engine makes one (llama.cpp's defaults), every node passed to this recorder"""
+        cp = L.lib().llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.no_perf = 512, n_batch, n_batch, 1, True
+        cp.cb_eval = C.cast(self.cb, C.c_void_p)
+        return L.lib().llama_init_from_model(model, cp)
+
+
 def main() -> int:
     path = sys.argv[1]
     prefill = len(sys.argv) > 2 and sys.argv[2] == "--prefill"
-    n = 1 if prefill else int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    lib, dll = L.lib(), load()   # dll: the ggml functions, through libllama's dependencies
-    for fn, res, args in [("ggml_get_name", C.c_char_p, [C.c_void_p]), ("ggml_nbytes", C.c_size_t, [C.c_void_p]),
-                          ("ggml_is_contiguous", C.c_bool, [C.c_void_p]),
-                          ("ggml_backend_tensor_get", None, [C.c_void_p, C.c_void_p, C.c_size_t, C.c_size_t])]:
-        getattr(dll, fn).restype, getattr(dll, fn).argtypes = res, args
-    seen: dict[str, np.ndarray] = {}
-    order: list[str] = []
-
-    def cb(t, ask, _ud):
-        if ask:
-            return True
-        ttype = C.c_int32.from_address(t).value
-        if ttype != 0 or not dll.ggml_is_contiguous(t):
-            return True
-        ne = [C.c_int64.from_address(t + 16 + 8 * i).value for i in range(4)]
-        name = dll.ggml_get_name(t).decode()
-        buf = np.empty(int(np.prod(ne)), dtype=np.float32)
-        dll.ggml_backend_tensor_get(t, buf.ctypes.data, 0, buf.nbytes)
-        if name not in seen:
-            order.append(name)
-            seen[name] = []
-        seen[name].append(buf.reshape(ne[::-1]))   # a node of the same name may run twice (the two tails)
-        return True
-
-    keep = CB(cb)
     model = M.load_model(path, n_gpu_layers=99)
-    cp = lib.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.no_perf = 512, 64, 64, 1, True
-    cp.cb_eval = C.cast(keep, C.c_void_p)
-    ctx = lib.llama_init_from_model(model, cp)
+    rec = Recorder()
+    if prefill:
+        return compare_prefill(model, rec, path)
+    return compare_rows(model, rec, path, int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+
+
+def compare_rows(model, rec: Recorder, path: str, n: int) -> int:
+    """a token decoded alone against row 0 of the same token decoded with n - 1 more, node by node"""
+    lib = L.lib()
     n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
     prompt = [t % n_vocab for t in PROMPT]
     tail = [(prompt[-1] * 7 + i * 13) % n_vocab for i in range(n)]
-    if prefill:
-        return compare_prefill(lib, model, cp, keep, seen, order, path, n_vocab)
+    ctx = rec.context(model, 64)
 
-    def run(rows: int) -> dict[str, np.ndarray]:
+    def run(rows: int) -> tuple[dict[str, np.ndarray], list[str]]:
         lib.llama_memory_seq_rm(lib.llama_get_memory(ctx), -1, -1, -1)
         M.decode(ctx, prompt, 0, outputs=[len(prompt) - 1])
-        seen.clear()
-        order.clear()
-        M.decode(ctx, tail[:rows], len(prompt))
-        return {k: v[-1] for k, v in seen.items()}, list(order)
+        seen, order = rec.decode(ctx, tail[:rows], len(prompt))
+        return {k: v[-1] for k, v in seen.items()}, order
 
     one, names = run(1)
     many, _ = run(n)
@@ -102,21 +121,20 @@ def main() -> int:
     return 0
 
 
-def compare_prefill(lib, model, cp, keep, seen, order, path, n_vocab) -> int:
-    """--prefill: a 96-token prefill in a plain context and in one that keeps every row's hidden state, the same
-    callback (keep) filling seen/order in each; prints the nodes that differ and the last row's logits"""
+def compare_prefill(model, rec: Recorder, path: str) -> int:
+    """--prefill: a 96-token prefill in a plain context and in one that keeps every row's hidden state; prints the
+    nodes that differ (where shapes match) and the last row's logits"""
+    lib = L.lib()
+    n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
     prompt = [(7 + 13 * i) % n_vocab for i in range(96)]
-    cp.n_batch = cp.n_ubatch = 128
     runs = []
     for all_rows in (False, True):
-        ctx = lib.llama_init_from_model(model, cp)
+        ctx = rec.context(model, 128)
         if all_rows:
             M.set_nextn_outputs(ctx, True)
-        seen.clear()
-        order.clear()
-        M.decode(ctx, prompt, 0, outputs=[len(prompt) - 1])
+        seen, order = rec.decode(ctx, prompt, 0, outputs=[len(prompt) - 1])
         logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
-        runs.append(({k: list(v) for k, v in seen.items()}, list(order), logits))
+        runs.append((seen, order, logits))
         lib.llama_free(ctx)
     (plain, names, la), (split, _, lb) = runs
     shown = 0

@@ -42,7 +42,7 @@ tiny)
     ;;
 prefill)
     {
-        for e in "" GGML_CUDA_ROWS_INVARIANT=1 GGML_CUDA_DISABLE_FUSION=1 GGML_CUDA_DISABLE_GRAPHS=1; do
+        for e in "" "$A" GGML_CUDA_DISABLE_FUSION=1 GGML_CUDA_DISABLE_GRAPHS=1; do
             echo "== ${e:-as built}"
             (cd /tmp && env $e ARCHS="llama qwen2 qwen3 gemma3" PREFILL_ONLY=1 LD_PRELOAD=$cxx REPO=$REPO \
                 python3 $REPO/bench/device/batch_invariance.py 2>&1 | grep 'prefill\|Error\|error')
