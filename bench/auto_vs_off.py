@@ -8,10 +8,14 @@ else runs in between (pymtp bench's fixed lengths leave work and decode sizes be
 next configuration inherits). Decode tok/s only (prefill excluded), as pymtp bench counts it.
 
     python bench/auto_vs_off.py [--limit 16] [--passes 2] [-n 192] [--temp 0.7] [--ngl 99] [--head-only]
-        [--fixed 2,3] [--create-order off,off2,auto] [MODEL]
+        [--fixed 2,3] [--head NAME=HEAD.gguf] [--create-order off,off2,auto] [MODEL]
 
 --head-only adds a fourth Model with the MTP head loaded but no MTP context (n_draft=0): what a
 loaded head costs by itself, with no MTP work at all.
+
+--head NAME=HEAD.gguf (repeatable) also runs auto, and each --fixed length, with that head in place of the
+model's own (`auto@NAME`, `k=2@NAME`): candidate default heads (a draft vocabulary, a new graft) against
+the shipped one at any temperature, in the same per-prompt orders and next to the same noise floor.
 
 MODEL defaults to the built-in SmolLM2-135M-Instruct with its shipped head; prompts are the
 MT-Bench first turns (downloaded once from the package registry).
@@ -41,6 +45,8 @@ def main() -> int:
     ap.add_argument("--fixed", default="", metavar="K,K,...",
                     help="also run a Model drafting each fixed length K, in the same per-prompt orders (auto "
                          "against the best fixed length, next to the noise floor)")
+    ap.add_argument("--head", action="append", default=[], metavar="NAME=HEAD.gguf",
+                    help="also run auto and each --fixed length with this head (auto@NAME, k=K@NAME); repeatable")
     ap.add_argument("--create-order", default="off,off2,auto",
                     help="the order in which the Models are created (default: off,off2,auto), to check that a "
                          "Model's speed does not depend on it (on an H200 it did not: creating auto first left "
@@ -61,6 +67,13 @@ def main() -> int:
         ap.error("--fixed: draft lengths are 1 or more")
     for k in fixed:
         make[f"k={k}"] = lambda k=k: Model(args.model, n_draft=k, **kw)
+    for spec in args.head:
+        hname, sep, path = spec.partition("=")
+        if not sep or not hname or not path or "@" in hname:
+            ap.error(f"--head: expected NAME=HEAD.gguf (NAME without '@'), got {spec!r}")
+        make[f"auto@{hname}"] = lambda path=path: Model(args.model, n_draft="auto", mtp_head=path, **kw)
+        for k in fixed:
+            make[f"k={k}@{hname}"] = lambda k=k, path=path: Model(args.model, n_draft=k, mtp_head=path, **kw)
     first = args.create_order.split(",")
     order = first + [n for n in make if n not in first]
     if sorted(order) != sorted(make):
@@ -76,8 +89,8 @@ def main() -> int:
     orders = [[names[j] for j in row] for row in balanced_orders(len(names))]
     ms = dict.fromkeys(names, 0.0)
     tok = dict.fromkeys(names, 0)
-    steps = [0] * 9
-    asleep = 0
+    steps = {n: [0] * 9 for n in names if n.startswith("auto")}
+    asleep = dict.fromkeys(steps, 0)
     i = 0
     for _ in range(args.passes):
         for p in prompts:
@@ -85,26 +98,29 @@ def main() -> int:
                 m = models[name]
                 m.reset()
                 gen = dict(max_tokens=args.n, temperature=args.temp, seed=i)
-                if name == "auto":
+                config = name.partition("@")[0]
+                if config == "auto":
                     gen.update(n_draft="auto", draft="auto")
-                elif name.startswith("k="):
-                    gen.update(n_draft=int(name[2:]), draft="auto")
+                elif config.startswith("k="):
+                    gen.update(n_draft=int(config[2:]), draft="auto")
                 s = m.generate(p, **gen).stats
                 ms[name] += s.generate_ms
                 tok[name] += s.n_generated
-                if name == "auto":
+                if name in steps:
                     a = s.adaptive
-                    steps = [x + y for x, y in zip(steps, a["steps_per_draft_length"])]
-                    asleep += a.get("dormant_steps", 0)
+                    steps[name] = [x + y for x, y in zip(steps[name], a["steps_per_draft_length"])]
+                    asleep[name] += a.get("dormant_steps", 0)
             i += 1
     rate = {n: 1000.0 * tok[n] / ms[n] for n in names}
     res = {"tok_per_s": rate, "ratio_to_off": {n: rate[n] / rate["off"] for n in names},
-           "auto_steps_per_draft_length": steps, "auto_steps_asleep": asleep,
+           "auto_steps_per_draft_length": steps["auto"], "auto_steps_asleep": asleep["auto"],
+           "steps_per_draft_length": steps, "steps_asleep": asleep, "heads": args.head,
            "prompts": args.limit, "passes": args.passes, "n": args.n, "temp": args.temp, "create_order": order}
     for n in names:
         print(f"{n:9s} {rate[n]:8.2f} tok/s  {rate[n] / rate['off']:.3f}x of off")
-    print(f"noise floor (off2 / off): {rate['off2'] / rate['off']:.3f}; auto: steps per draft length {steps}, "
-          f"{asleep} asleep")
+    print(f"noise floor (off2 / off): {rate['off2'] / rate['off']:.3f}")
+    for n in steps:
+        print(f"{n}: steps per draft length {steps[n]}, {asleep[n]} asleep")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
