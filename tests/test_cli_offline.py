@@ -254,7 +254,9 @@ def test_info_reports_the_head_found_next_to_the_model(model_file, tmp_path, cap
     out = capsys.readouterr().out
     assert "MTP layers      0" in out
     assert "yes: MTP head base.mtp.gguf (found next to the model), 1 MTP layer(s)" in out
-    assert "head accepts    0.62 / 0.41 / 0.31 by draft position, AL(3) 2.33" in out   # head v4
+    # head v4 with its 8192-token draft vocabulary, measured by pymtp trim --check-prompts 32
+    assert "head accepts    0.61 / 0.39 / 0.27 by draft position, AL(3) 2.27" in out
+    assert "draft vocab     8192 tokens (pymtp trim)" in out
     assert "feature head    fed the base's final hidden state fused with two of its layers' inputs" in out
     assert main(["info", str(model), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -262,8 +264,8 @@ def test_info_reports_the_head_found_next_to_the_model(model_file, tmp_path, cap
     head = data["mtp_head"]
     assert {k: head[k] for k in ("path", "source", "n_mtp_layers")} == {
         "path": str(tmp_path / "base.mtp.gguf"), "source": "found next to the model", "n_mtp_layers": 1}
-    # the shipped head records the acceptance pymtp graft measured on held-out prompts, and shows it
-    assert len(head["acceptance"]) == 3 and 0.4 < head["acceptance"][0] < 1 and head["draft_vocab"] is None
+    # the shipped head records the acceptance measured on held-out prompts, and shows it
+    assert len(head["acceptance"]) == 3 and 0.4 < head["acceptance"][0] < 1 and head["draft_vocab"] == 8192
 
 
 def test_info_reports_the_shipped_head_of_the_built_in_model(model_file, monkeypatch, capsys):

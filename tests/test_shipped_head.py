@@ -20,6 +20,12 @@ def test_shipped_head_is_a_small_llama_head():
     assert "blk.30.nextn.eh_proj.weight" in names and all(n.startswith("blk.30.") for n in names)
     # a feature head (pymtp graft --features): it accepts more than the ordinary head trained on the same data
     assert "blk.30.nextn.eh_proj.feat" in names
+    # with a draft vocabulary of 8192 tokens (pymtp trim): a draft step scores those instead of all 49152, and the
+    # file records the acceptance measured with it (pymtp info shows it)
+    d2t = next(t for t in r.tensors if t.name == "blk.30.nextn.embed_tokens.d2t")
+    assert int(d2t.n_elements) == 8192
+    keys = {f.name for f in r.fields.values()}
+    assert {"pymtp.graft.draft_vocab", "pymtp.graft.acceptance"} <= keys
 
 
 def test_built_in_model_gets_the_shipped_head(tmp_path):
