@@ -1,5 +1,5 @@
 """MT-Bench prompts as the benchmarks read them: first turns and categories from the cached file, in
-order; bench/acceptance.py's --by-category takes MT-Bench only."""
+order; bench/acceptance.py's --by-category takes MT-Bench only; bench/auto_vs_off.py's --head refuses a bad spec."""
 
 from __future__ import annotations
 
@@ -31,3 +31,13 @@ def test_acceptance_by_category_needs_mtbench():
                         "--by-category"], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2
     assert "--by-category needs --prompts mtbench" in r.stderr
+
+
+def test_auto_vs_off_head_needs_a_name_and_a_file():
+    """bench/auto_vs_off.py --head NAME=HEAD.gguf: a spec without both (or with '@', which separates a run's
+    configuration from its head) is refused before any model loads."""
+    for spec in ("head.gguf", "=head.gguf", "a@b=head.gguf", "name="):
+        r = subprocess.run([sys.executable, str(REPO / "bench" / "auto_vs_off.py"), "--head", spec],
+                           capture_output=True, text=True, cwd=REPO)
+        assert r.returncode == 2, spec
+        assert "--head: expected NAME=HEAD.gguf (NAME without '@')" in r.stderr
