@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from pymtp import Model
 from pymtp.bench.prompts import load_prompts
@@ -71,6 +72,8 @@ def main() -> int:
         hname, sep, path = spec.partition("=")
         if not sep or not hname or not path or "@" in hname:
             ap.error(f"--head: expected NAME=HEAD.gguf (NAME without '@'), got {spec!r}")
+        if not Path(path).is_file():
+            ap.error(f"--head {hname}: no such file: {path}")
         make[f"auto@{hname}"] = lambda path=path: Model(args.model, n_draft="auto", mtp_head=path, **kw)
         for k in fixed:
             make[f"k={k}@{hname}"] = lambda k=k, path=path: Model(args.model, n_draft=k, mtp_head=path, **kw)

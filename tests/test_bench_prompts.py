@@ -35,9 +35,12 @@ def test_acceptance_by_category_needs_mtbench():
 
 def test_auto_vs_off_head_needs_a_name_and_a_file():
     """bench/auto_vs_off.py --head NAME=HEAD.gguf: a spec without both (or with '@', which separates a run's
-    configuration from its head) is refused before any model loads."""
+    configuration from its head), or naming no file, is refused before any model loads."""
     for spec in ("head.gguf", "=head.gguf", "a@b=head.gguf", "name="):
         r = subprocess.run([sys.executable, str(REPO / "bench" / "auto_vs_off.py"), "--head", spec],
                            capture_output=True, text=True, cwd=REPO)
         assert r.returncode == 2, spec
         assert "--head: expected NAME=HEAD.gguf (NAME without '@')" in r.stderr
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "auto_vs_off.py"), "--head", "h=missing.gguf"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "--head h: no such file: missing.gguf" in r.stderr
