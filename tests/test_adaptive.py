@@ -185,6 +185,25 @@ def test_the_mtp_side_sleeps_while_drafting_keeps_losing(tiny_model_path):
         on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)
 
 
+def test_no_probe_after_waking_where_no_acceptance_could_pay(tiny_model_path):
+    """A draft decode dearer than a plain step: even with every draft accepted no length beats plain
+    decoding, so waking from a sleep probes nothing (before, each wake drafted a probe: four llama-server
+    slots on an H200, where a draft cost as much as a slot's share of a plain batch, lost 5-10% of a round
+    to them). The engine sleeps, wakes after 1024 steps and decodes plainly; output equal to MTP off."""
+    path = tiny_model_path("glm4moe")
+    kw = dict(n_ctx=2048, n_batch=64, n_threads=1, n_gpu_layers=NGL)
+    with pymtp.Model(path, mtp="on", **kw) as on, pymtp.Model(path, mtp="off", **kw) as off:
+        n = 1320  # past the probe after waking: asleep at 128 for 1024 steps, the probe was due 128 later
+        ref = off.generate(PROMPTS[2], max_tokens=n, temperature=0.0)
+        pin(on, *DEAR)
+        got = on.generate(PROMPTS[2], max_tokens=n, temperature=0.0)
+        on.rt.lib.llama_mtp_pin_adaptive_costs(on.rt.engine, 0.0, 0.0, 0.0)
+        a = got.stats.adaptive
+        assert got.tokens == ref.tokens
+        assert a["dormant_steps"] >= 1024 and a["probes"] == 0, a
+        assert sum(a["steps_per_draft_length"][1:]) == 0, a
+
+
 def test_plain_decoding_when_drafting_cannot_pay(auto_pair):
     """A draft step dearer than a plain step: the controller decodes plainly, defers the MTP
     catch-up (rows written in batches) and re-probes rarely; the output is unchanged."""

@@ -233,7 +233,7 @@ def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
     request's ~22 steps can fall wholly inside a probe (a block of 8 drafting steps where a change of
     decode size is dear; CI once saw 13 of 22 plain), the run's steps cannot. A server of one slot
     then sleeps as the engine's own loop does (no hidden-state output, no catch-up, across requests)
-    and, 1024 steps later, wakes and probes drafting again."""
+    and, 1024 steps later, wakes; it probes drafting again only where some acceptance could pay."""
     on, off = servers("glm4moe-random", "on", adaptive=True), servers("glm4moe-random", "off")
 
     def request(i: int) -> dict:
@@ -256,17 +256,19 @@ def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
             break
         a = request(i)
     assert a["dormant_steps"] == sum(a["steps_per_draft_length"]) > 0, a
-    # 1024 steps later it wakes, rebuilds the MTP KV from the next decode and, 128 steps on (WAKE_PROBE),
-    # probes (a block of up to 8 drafting steps, or fewer where the probe is cut; then, with this head,
-    # it sleeps again)
+    # 1024 steps later it wakes and rebuilds the MTP KV from the next decode; 128 steps on (WAKE_PROBE) it
+    # would probe, but not where no acceptance could pay: this tiny model's draft decode costs more than its
+    # plain step (0.36 against 0.28 ms on this CPU), so even drafts that all accept lose: it decodes plainly
+    # and falls asleep again at the probe's turn
     awake = drafted = 0
     for i in range(90):
         a = request(i)
         awake += sum(a["steps_per_draft_length"]) - a["dormant_steps"]
         drafted += sum(a["steps_per_draft_length"][1:])
-        if drafted > 0 and awake >= 128:
+        if awake >= 128 and (drafted > 0 or a["dormant_steps"] == sum(a["steps_per_draft_length"])):
             break
-    assert awake >= 128 and drafted > 0, (awake, drafted)
+    assert awake >= 128, str((awake, drafted, a))
+    assert drafted == 0 or a["est_draft_ms"] < a["est_plain_ms"], str((drafted, a))
     log = on.log.read_text(errors="replace")
     assert " E " not in log.replace("E srv", ""), [ln for ln in log.splitlines() if " E " in ln][:5]
     assert on.healthy()

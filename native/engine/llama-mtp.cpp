@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 llama_mtp_params llama_mtp_default_params(void) {
     llama_mtp_params p{};
@@ -68,6 +69,10 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
         llama_set_embeddings_nextn(ctx_mtp, true, /*masked*/ true);
         llama_set_nextn_layer_offset(ctx_mtp, 0);
         m->init_parallel();
+    }
+    // A/B runs (mtp-adaptive.h, cutoff): untimed drafting blocks run their length, probes run where nothing can pay
+    if (const char * env = std::getenv("PYMTP_ADAPTIVE_NO_CUTOFF"); env != nullptr && std::strcmp(env, "1") == 0) {
+        m->ctrl.cutoff = false;
     }
     // diagnosis (mtp-adaptive.h, trace_step): every engine of the process, MTP on or off, adaptive or a fixed length,
     // appends its steps to the one file; NULL: not traced

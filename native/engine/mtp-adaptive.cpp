@@ -140,6 +140,28 @@ double controller::ratio(int32_t k, double extra_ms) const {
     return tokens(k) / (step_time(k) + extra_ms);
 }
 
+bool controller::hopeless(int32_t k_cap) const {
+    const int32_t l = std::clamp(load, 1, LOADS);
+    if (!cutoff || draft.n < 3 || !steady_seen[l - 1][0] || target[l - 1][0].n < 3 || target_cost(1) <= 0.0) {
+        return false;
+    }
+    double verify = target_cost(1); // the cheapest verify: a steady one measured at this load, else a plain step
+    double least  = 0.0;
+    for (int32_t n = 2; n <= K + 1; ++n) {
+        if (steady_seen[l - 1][n - 1] && target[l - 1][n - 1].n >= 2) {
+            least = least > 0.0 ? std::min(least, target_cost(n)) : target_cost(n);
+        }
+    }
+    verify             = std::max(verify, least);
+    const double plain = ratio(0);
+    for (int32_t k = 1; k <= k_cap; ++k) {
+        if ((k + 1) / (overhead.v + draft_time(k) + verify) > plain) {
+            return false;
+        }
+    }
+    return true;
+}
+
 double controller::switch_cost(int32_t n) const {
     // a change costs ~2 slow decodes once; a choice is kept for a while, so it is charged over DWELL steps
     return n_prev[0] != 0 && n != n_prev[0] ? 2.0 * std::max(0.0, switching.v) / DWELL : 0.0;
@@ -225,7 +247,7 @@ int32_t controller::plan(int32_t k_cap) {
     const double cap    = 16.0 * std::pow(4.0, (double) std::min<int64_t>(draft.n, 3));
     const double period = std::min(cap, 16.0 * std::pow(gap, 8.0));
     const bool   woke   = wake_probe > 0 && --wake_probe == 0; // the MTP KV has rebuilt a little since waking
-    if (probe_k > 0 && (++plain_run >= period || woke)) {
+    if (probe_k > 0 && (++plain_run >= period || woke) && !hopeless(k_cap)) {
         plain_run = 0;
         plain     = false;
         probing   = true;
@@ -329,7 +351,17 @@ int32_t controller::plan_block(int32_t k_cap) {
     if (woke) {
         block_left = 0;
     }
-    if (block_left > 0 && block_k >= 0) {
+    // a drafting block that is not timed end to end ends early once its first BLK_TRY steps have
+    // re-measured it and the model puts its length behind plain decoding (see BLK_TRY), or at once where
+    // no drafting can pay (hopeless)
+    bool ends = false;
+    if (cutoff && block_left > 0 && block_k > 0 && !blocks_timed()) {
+        ends = (++blk_age > BLK_TRY && ratio(block_k) < ratio(0)) || hopeless(k_cap);
+    }
+    if (ends) {
+        n_blocks_ended++;
+    }
+    if (block_left > 0 && block_k >= 0 && !ends) {
         block_left--;
     } else {
         // blocks long enough that their two changes of size cost at most BLOCK_SHARE of their plain steps
@@ -341,11 +373,11 @@ int32_t controller::plan_block(int32_t k_cap) {
             blk[std::clamp(block_k, 0, K)].add(blk_time, blk_steps, BLK_KEEP);
         }
         blk_time  = 0.0;
-        blk_steps = blk_seen = 0;
+        blk_steps = blk_seen = blk_age = 0;
         // each length's time per step: realized where its blocks ran (only the engine's own loop times
         // blocks), else modelled and scaled by realized/modelled over the lengths that ran (the model
         // misses what lands between its timed parts)
-        const double unit    = block_unit(); // realized block costs are kept in this unit
+        const double unit              = block_unit(); // realized block costs are kept in this unit
         double       real = 0.0, model = 0.0;
         for (int32_t k = 0; k <= k_cap; ++k) {
             if (blk[k].n > 0.0) {
@@ -356,8 +388,9 @@ int32_t controller::plan_block(int32_t k_cap) {
         const double  scale    = model > 0.0 ? real / model : 1.0;
         auto          time_k   = [&](int32_t k) { return blk[k].n > 0.0 ? blk[k].get() * unit : scale * step_time(k); };
         auto          rate_k   = [&](int32_t k) { return tokens(k) / std::max(time_k(k), 1e-12); };
-        // a new block: the best steady rate, a change of size charged over the block
-        const int32_t cur      = block_k < 0 ? 0 : block_k;
+        // a new block: the best steady rate, a change of size charged over the block (after a block that
+        // ended as it lost, to none of plain decoding: it would only keep the losing length)
+        const int32_t cur      = block_k < 0 || ends ? 0 : block_k;
         auto          rate_now = [&](int32_t k) {
             return tokens(k) / (time_k(k) + (k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / blen));
         };
@@ -419,10 +452,11 @@ int32_t controller::plan_block(int32_t k_cap) {
         const bool    fresh = up_new || dn_new || far >= 0;
         n_blocks++;
         // the length this block tries instead of the choice, a probe half a block long (-1: none)
-        int32_t probe_k = -1;
-        if (woke && best_k == 0 && k_cap >= 1) {
+        int32_t    probe_k = -1;
+        const bool cannot  = hopeless(k_cap); // no drafting probe: acceptance cannot make it pay
+        if (woke && best_k == 0 && k_cap >= 1 && !cannot) {
             probe_k = best_draft_k;
-        } else if (alt >= 0 && alt <= k_cap && alt != best_k) {
+        } else if (alt >= 0 && alt <= k_cap && alt != best_k && !(alt > 0 && cannot)) {
             const double  gap   = best_rate / std::max(rate_k(alt), 1e-12);
             const int64_t every = fresh ? 1 : (int64_t) (8.0 * std::clamp(std::pow(gap, 8.0), 1.0, 16.0));
             probe_k             = ++blk_since_probe >= every ? alt : -1;
@@ -710,12 +744,13 @@ void controller::woke() {
 
 void controller::reset_stats() {
     std::fill(std::begin(steps_k), std::end(steps_k), 0);
-    n_probes   = 0;
-    n_cut      = 0;
-    n_extended = 0;
-    n_deferred = 0;
-    n_vetoed   = 0;
-    n_dormant  = 0;
+    n_probes       = 0;
+    n_cut          = 0;
+    n_extended     = 0;
+    n_deferred     = 0;
+    n_vetoed       = 0;
+    n_dormant      = 0;
+    n_blocks_ended = 0;
 }
 
 void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
@@ -751,6 +786,7 @@ void controller::fill_stats(llama_mtp_adaptive_stats * out) const {
     out->realized_draft = real_draft.get();
     out->n_vetoed       = n_vetoed;
     out->n_dormant      = n_dormant;
+    out->n_blocks_ended = n_blocks_ended;
 }
 
 } // namespace mtp

@@ -141,8 +141,15 @@ struct controller {
     static constexpr double  BLOCK_SHARE = 0.05; //   a block's two changes of size: this share of its plain steps
     static constexpr double  SWEEP =
         0.85; // block mode: a length not yet run is tried where the model puts it this close
-    static constexpr int32_t BLK_SKIP  = 2;    // block mode: a block's first steps (a change of size) are not timed
-    static constexpr double  BLK_KEEP  = 0.7;  // block mode: realized costs per length, ~3 recent blocks
+    static constexpr int32_t BLK_SKIP  = 2;   // block mode: a block's first steps (a change of size) are not timed
+    static constexpr double  BLK_KEEP  = 0.7; // block mode: realized costs per length, ~3 recent blocks
+    // block mode where blocks are not timed end to end (several sequences share the batch): a drafting
+    // block (a choice or a probe) ends once BLK_TRY steps of it have re-measured its costs and acceptance
+    // and the model no longer puts its length ahead of plain decoding. (Four llama-server slots on this
+    // 2-core CPU: a slot chose a 16-step k=7 block from a model that its first step corrected to half
+    // plain's rate, and held it; on an H200 blocks there run up to 256 steps, and four slots lost 10-44%
+    // in the rounds where slots woke and probed.)
+    static constexpr int32_t BLK_TRY   = 8;
     static constexpr double  FREE      = 0.05; // block mode when a size change costs more than this of a plain step
     static constexpr int32_t WINDOW    = 32;   // steps per window (own loop: whole windows are timed)
     static constexpr int32_t CHECK     = 8;    // every 8th window runs the policy that is behind
@@ -261,7 +268,11 @@ struct controller {
     int32_t       block_k         = -1;    // block mode: the draft length of the current block
     int32_t       block_left      = 0;     // block mode: steps left in it
     int64_t       n_blocks        = 0;
-    int64_t       blk_since_probe = 0;     // block mode: blocks since one tried a neighbour
+    int64_t       blk_since_probe = 0; // block mode: blocks since one tried a neighbour
+    int32_t       blk_age         = 0; // block mode: steps of the current block planned so far
+    // untimed drafting blocks end where they lose (BLK_TRY), and nothing probes where no acceptance could pay
+    // (hopeless); PYMTP_ADAPTIVE_NO_CUTOFF=1 in the environment turns both off (A/B runs)
+    bool          cutoff          = true;
     bool          blk_probe       = false; // block mode: the current block tries a neighbour
     realized_cost blk[K + 1];              // block mode, own loop: time per step realized by recent blocks of each
                                            //   length (in block_unit)
@@ -280,6 +291,7 @@ struct controller {
     int64_t n_deferred     = 0;
     int64_t n_vetoed       = 0;
     int64_t n_dormant      = 0; // steps decoded while the MTP side slept
+    int64_t n_blocks_ended = 0; // drafting blocks ended early as they lost (BLK_TRY)
 
     bool    on() const { return k_max > 0; }
     // quiet steps before the MTP side sleeps. Where drafting's costs are measured and it is far
@@ -358,6 +370,16 @@ struct controller {
     // moves with graph captures and size changes, not with the machine (the simulated H100 with dear
     // size changes drifted to k=4 at 0.91x where k=2 ran 1.01x, in plain steps).
     double  block_unit() const { return graphs ? 1.0 : step_time(0); }
+    // Drafting cannot pay at this load whatever the acceptance: with every draft accepted, each length's
+    // step (its draft decodes, and a verify at least as dear as the cheapest one measured steady here, or a
+    // plain step) still emits fewer tokens per ms than plain decoding. Measured costs only (three draft
+    // decodes timed, a steady plain batch at this load). Then no probe drafts: acceptance cannot change
+    // the answer, only costs can. (Four llama-server slots on an H200, the built-in model: a draft decode
+    // took 0.41 ms against a plain batch's 0.42 ms per slot, and a slot's verify row took the batch from
+    // 1.65 to 3.8 ms; each slot's probe after waking cost the round 5-10%.)
+    bool    hopeless(int32_t k_cap) const;
+    // block mode: whole blocks are timed end to end (the engine's own loop, a one-slot llama-server)
+    bool    blocks_timed() const { return own_loop && load <= 1; }
 
     // estimated time per sequence of a target decode holding n tokens of this sequence (ms)
     double target_cost(int32_t n) const;

@@ -257,6 +257,8 @@ struct llama_mtp_adaptive_stats {
     int64_t n_vetoed;                             // steps kept plain because free windows ran slower
     int64_t n_dormant;                            // steps decoded while the MTP side slept (no hidden
                                                   // states, no MTP KV: as with MTP off) as drafting did not pay
+    int64_t n_blocks_ended;                       // drafting blocks ended early as they lost (block mode where
+                                                  // blocks are not timed end to end: several busy slots)
 };
 
 // What the controller did since the last llama_mtp_reset_stats, and its current estimates.

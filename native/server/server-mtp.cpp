@@ -56,6 +56,8 @@ common_json server_mtp_timings(const llama_mtp * mtp, const server_mtp_request &
                 { "vetoed", as.n_vetoed },
                 // steps this slot decoded with its MTP side asleep (once every slot sleeps: as with MTP off)
                 { "dormant_steps", as.n_dormant },
+                // drafting blocks ended early as they lost (several busy slots: blocks are not timed)
+                { "blocks_ended", as.n_blocks_ended },
             };
         }
     }

@@ -167,6 +167,7 @@ class llama_mtp_adaptive_stats(C.Structure):
         ("realized_draft", C.c_double),
         ("n_vetoed", C.c_int64),
         ("n_dormant", C.c_int64),
+        ("n_blocks_ended", C.c_int64),
     ]
 
 

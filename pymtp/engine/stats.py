@@ -136,4 +136,7 @@ def adaptive_dict(a) -> dict:
         "vetoed": int(a.n_vetoed),
         # steps decoded while the MTP side slept (drafting had not paid for a while): exactly plain decoding
         "dormant_steps": int(a.n_dormant),
+        # block mode where blocks are not timed end to end (several sequences in a batch): drafting blocks
+        # ended before their length as the model put them behind plain decoding
+        "blocks_ended": int(a.n_blocks_ended),
     }
