@@ -102,6 +102,12 @@ struct machine {
     int64_t             window       = 256;
     int64_t             prompt_rows  = 64;   // prompt tokens before a generation's first token (the KV window)
     int32_t             gpu         = 1;     // a GPU (the controller is told so, as the engine tells it)
+    // load > 1: the simulated sequence decodes among load - 1 others that never draft (llama-server's slots):
+    // plain_ms and V(n) are the whole batch's decode with this sequence's n rows in it, its draft decodes
+    // hold up the batch, the controller learns as llama-server reports (llama_mtp_report_decode: the batch's
+    // time; no whole steps timed), and a run's rate counts every sequence's tokens
+    int32_t             load        = 1;
+    int32_t             cutoff      = 1; // 0: the controller's cutoff off (PYMTP_ADAPTIVE_NO_CUTOFF=1)
 
     double V(int32_t n) const {
         if (n <= (int32_t) v.size()) {
@@ -131,6 +137,7 @@ struct machine {
 
 struct result {
     double  tokens                        = 0.0;
+    double  others                        = 0.0; // the other sequences' tokens (load > 1)
     double  ms                            = 0.0;
     int64_t steps                         = 0;
     int64_t drafted                       = 0;
@@ -147,6 +154,7 @@ class sim {
         mtp::controller c;
         c.k_max  = fixed_k < 0 ? cap : 0;
         c.graphs = m.gpu != 0;
+        c.cutoff = m.cutoff != 0;
         c.trace = fixed_k < 0 ? trace : nullptr; // the controller's run only
         result r;
         cold_left = m.cold_n;
@@ -185,7 +193,7 @@ class sim {
                 k = std::min<int64_t>(k, left - 1);
             }
             if (!plain_only && c.on()) {
-                c.load = 1;
+                c.load = m.load;
                 if (c.asleep) {
                     k = 0;
                     if (c.asleep_step()) { // wake
@@ -271,7 +279,11 @@ class sim {
                 mtp_ctx += n_out;
             }
             c.verified(kd, n_acc);
-            c.timed_target(n, 1, t);
+            if (m.load > 1) {
+                c.timed_batch(n, m.load, m.load - 1 + n, t);
+            } else {
+                c.timed_target(n, 1, t);
+            }
             step_ms += t;
             parts += t;
             // catch-up
@@ -301,12 +313,13 @@ class sim {
                 }
             }
             c.timed_overhead(gap + std::max(0.0, step_ms - parts));
-            if (!c.asleep) {
+            if (!c.asleep && m.load <= 1) {
                 c.stepped(n_out, gap + step_ms);
             }
             c.trace_step(k, kd, n_out, 0.0, t, 0.0, gap, step_ms);
             r.ms += gap + step_ms;
             r.tokens += n_out;
+            r.others += m.load - 1;
             r.steps++;
             r.drafted += kd;
             r.accepted += n_acc;
@@ -377,7 +390,8 @@ std::vector<double> parse_list(const char * s) {
 
 void print_result(const char * name, const result & r, double plain_rate, bool comma) {
     std::printf("    \"%s\": {\"tok_per_ms\": %.6f, \"speedup\": %.4f, \"tokens_per_step\": %.4f, \"steps_per_k\": [",
-                name, r.tokens / r.ms, r.tokens / r.ms / plain_rate, r.tokens / std::max<int64_t>(1, r.steps));
+                name, (r.tokens + r.others) / r.ms, (r.tokens + r.others) / r.ms / plain_rate,
+                r.tokens / std::max<int64_t>(1, r.steps));
     int32_t last = 0;
     for (int32_t k = 0; k <= LLAMA_MTP_MAX_DRAFT; ++k) {
         if (r.hist[k]) {
@@ -446,6 +460,8 @@ int main(int argc, char ** argv) {
             { "window", [&](const char * x) { m.window = std::max<int64_t>(1, std::atoll(x)); } },
             { "prompt_rows", [&](const char * x) { m.prompt_rows = std::atoll(x); } },
             { "gpu", [&](const char * x) { m.gpu                 = std::atoi(x); } },
+            { "load", [&](const char * x) { m.load               = std::max(1, std::atoi(x)); } },
+            { "cutoff", [&](const char * x) { m.cutoff           = std::atoi(x); } },
             { "tokens", [&](const char * x) { n_tokens           = std::atoll(x); } },
             { "cap", [&](const char * x) { cap                   = std::atoi(x); } },
             { "max_k", [&](const char * x) { max_k               = std::atoi(x); } },
@@ -465,7 +481,7 @@ int main(int argc, char ** argv) {
         return 2;
     }
     const result plain      = s.run(0, 0, n_tokens, true);
-    const double plain_rate = plain.tokens / plain.ms;
+    const double plain_rate = (plain.tokens + plain.others) / plain.ms;
     std::printf("{\n  \"runs\": {\n");
     print_result("off", plain, plain_rate, true);
     for (int32_t k = 1; k <= max_k; ++k) {
@@ -476,10 +492,11 @@ int main(int argc, char ** argv) {
     print_result("auto", a, plain_rate, false);
     const auto & c = s.last;
     std::printf("  },\n  \"auto\": {\"probes\": %lld, \"cut\": %lld, \"extended\": %lld, \"vetoed\": %lld, "
-                "\"dormant\": %lld, \"blocks\": %lld, \"blocky\": %s, \"est_switch_ms\": %.3f, \"est_draft_ms\": %.3f, "
-                "\"est_target_ms\": [",
+                "\"dormant\": %lld, \"blocks\": %lld, \"blocks_ended\": %lld, \"blocky\": %s, \"est_switch_ms\": %.3f, "
+                "\"est_draft_ms\": %.3f, \"est_target_ms\": [",
                 (long long) c.n_probes, (long long) c.n_cut, (long long) c.n_extended, (long long) c.n_vetoed,
-                (long long) c.n_dormant, (long long) c.n_blocks, c.blocky() ? "true" : "false",
+                (long long) c.n_dormant, (long long) c.n_blocks, (long long) c.n_blocks_ended,
+                c.blocky() ? "true" : "false",
                 std::max(0.0, c.switching.v), c.draft_cost());
     for (int32_t n = 1; n <= cap + 1; ++n) {
         std::printf("%s%.3f", n > 1 ? ", " : "", c.target_cost(n));

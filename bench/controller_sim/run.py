@@ -92,6 +92,16 @@ PRESETS = {
                       "new_size_ms=3", "capture_ms=2", "wake_target_ms=2", "jitter=0.05",
                       "rates=0.86,0.76,0.69,0.635,0.58,0.53,0.48,0.44", "acc_spread=0.2", "acc_seg=100", "prompt=128",
                       "tokens=2048"],
+    # four llama-server slots of the built-in model with head v4 (8192 tokens) on an H200 as traced on 2026-11-28
+    # (docs/results/server-slots-2026-11-28): the simulated slot among three plain ones; a plain batch 1.65 ms, one
+    # slot's verify row takes it to 3.8 ms (2 rows ~3.9), a change of the batch's size ~9 ms (graphs captured
+    # again), a draft decode 0.41 ms, as much as a slot's share of a plain batch: no draft can pay, and each
+    # probe costs the other slots too. 24 answers of 128 tokens; the real head's rates
+    "smol-v4-h200-4slots": ["load=4", "plain_ms=1.65", "sample_ms=0.0", "v=1,2.3,2.36,2.42,2.48,2.54,2.6,2.66,2.72",
+                            "draft_ms=0.41", "catchup_ms=0.15", "row_ms=0.005", "hidden_ms=0.05", "switch_ms=9",
+                            "back_ms=1", "caller_ms=0.4", "rates=0.61,0.37,0.24,0.17,0.12,0.08,0.05,0.03",
+                            "acc_spread=0.35", "acc_seg=150", "prompt=128", "prefill_ms=0.3", "tokens=3072",
+                            "new_size_ms=3", "capture_ms=2", "cold_ms=2", "wake_target_ms=2", "jitter=0.05"],
     "cpu-loses": ["gpu=0", "plain_ms=30", "v=1,1.8,2.6,3.4,4.2,5,5.8,6.6,7.4", "sample_ms=0.05", "switch_ms=1",
                   "draft_ms=3.5", "row_ms=1", "catchup_ms=1", "async_share=0", "hidden_ms=0.5"],
 }
@@ -148,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                          "async_share, caller_ms, hidden_ms, cold_ms, cold_n, prompt, prefill_ms, new_size_ms, "
                          "capture_ms, gpu, jitter, acc_spread, acc_seg, hard_at, hard_tokens, hard_factor, "
                          "open_tokens, open_factor, ctx_loss, ctx_tau, wake_target_ms, "
-                         "wake_target_n, rates, conf, tokens, cap, max_k, seed, trace (controller_sim.cpp says "
-                         "what each is)")
+                         "wake_target_n, rates, conf, load, cutoff, tokens, cap, max_k, seed, trace "
+                         "(controller_sim.cpp says what each is)")
     args = ap.parse_args(argv)
     try:
         res = simulate(PRESETS[args.preset] + args.settings)
