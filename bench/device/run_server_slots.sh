@@ -6,6 +6,7 @@
 # this runs RUNS pairs per side, alternating, and writes each run's summary line to $OUT/summary.txt as it ends.
 # After STEP=build and the built-in model's parts (bench/device/run_adaptive.sh).
 #   RUNS (4) pairs per side; SLOTS (4); KNOB ("PYMTP_VERIFY_ON_HOST=1"); ROUNDS (3); FULL (32: --full-length)
+#   TRACE=1: every slot's steps of each run (PYMTP_ADAPTIVE_TRACE) into $OUT/traces.tar.gz
 set -uo pipefail
 OUT=${OUT:-/tmp/pymtp-out}
 mkdir -p "$OUT"
@@ -14,6 +15,7 @@ knob=${KNOB:-PYMTP_VERIFY_ON_HOST=1}
 for i in $(seq 1 "${RUNS:-4}"); do
     for side in built knob; do
         envs=(); [ $side = knob ] && envs=("$knob")
+        [ "${TRACE:-0}" = 1 ] && envs+=("PYMTP_ADAPTIVE_TRACE=/tmp/pymtp-traces/trace-$side-$i.tsv") && mkdir -p /tmp/pymtp-traces
         log="$OUT/server-$side-$i.txt"
         env "${envs[@]}" timeout 120 python3 bench/server_throughput.py --ngl 99 --parallel "${SLOTS:-4}" --requests 16 \
             --rounds "${ROUNDS:-3}" -n 128 --full-length "${FULL:-32}" > "$log" 2>&1
@@ -21,3 +23,4 @@ for i in $(seq 1 "${RUNS:-4}"); do
         echo "$side $i: $line" | tee -a "$OUT/summary.txt"
     done
 done
+if [ "${TRACE:-0}" = 1 ]; then tar -C /tmp -czf "$OUT/traces.tar.gz" pymtp-traces; fi
