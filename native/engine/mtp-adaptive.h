@@ -291,7 +291,7 @@ struct controller {
     int64_t n_deferred     = 0;
     int64_t n_vetoed       = 0;
     int64_t n_dormant      = 0; // steps decoded while the MTP side slept
-    int64_t n_blocks_ended = 0; // drafting blocks ended early as they lost (BLK_TRY)
+    int64_t n_blocks_ended = 0; // untimed drafting blocks ended early as they lost (BLK_TRY, hopeless)
 
     bool    on() const { return k_max > 0; }
     // quiet steps before the MTP side sleeps. Where drafting's costs are measured and it is far
