@@ -12,12 +12,15 @@ OUT=${OUT:-/tmp/pymtp-out}
 mkdir -p "$OUT"
 export PYMTP_CACHE_DIR=${PYMTP_CACHE_DIR:-/tmp/pymtp-cache} PYTHONUNBUFFERED=1
 knob=${KNOB:-PYMTP_VERIFY_ON_HOST=1}
+slots=${SLOTS:-4}
+# traces are appended to (PYMTP_ADAPTIVE_TRACE): a run on the same warm machine starts from an empty folder
+[ "${TRACE:-0}" = 1 ] && rm -rf /tmp/pymtp-traces && mkdir -p /tmp/pymtp-traces
 for i in $(seq 1 "${RUNS:-4}"); do
     for side in built knob; do
         envs=(); [ $side = knob ] && envs=("$knob")
-        [ "${TRACE:-0}" = 1 ] && envs+=("PYMTP_ADAPTIVE_TRACE=/tmp/pymtp-traces/trace-$side-$i.tsv") && mkdir -p /tmp/pymtp-traces
-        log="$OUT/server-$side-$i.txt"
-        env "${envs[@]}" timeout 120 python3 bench/server_throughput.py --ngl 99 --parallel "${SLOTS:-4}" --requests 16 \
+        [ "${TRACE:-0}" = 1 ] && envs+=("PYMTP_ADAPTIVE_TRACE=/tmp/pymtp-traces/trace-$slots-$side-$i.tsv")
+        log="$OUT/server-$slots-$side-$i.txt" # named by slots: a later SLOTS=1 call keeps the 4-slot logs
+        env "${envs[@]}" timeout 120 python3 bench/server_throughput.py --ngl 99 --parallel "$slots" --requests 16 \
             --rounds "${ROUNDS:-3}" -n 128 --full-length "${FULL:-32}" > "$log" 2>&1
         line=$(grep -E "^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x" "$log" | tr '\n' ' ')
         echo "$side $i: $line" | tee -a "$OUT/summary.txt"

@@ -247,11 +247,14 @@ int32_t controller::plan(int32_t k_cap) {
     const double cap    = 16.0 * std::pow(4.0, (double) std::min<int64_t>(draft.n, 3));
     const double period = std::min(cap, 16.0 * std::pow(gap, 8.0));
     const bool   woke   = wake_probe > 0 && --wake_probe == 0; // the MTP KV has rebuilt a little since waking
-    if (probe_k > 0 && (++plain_run >= period || woke) && !hopeless(k_cap)) {
+    if (probe_k > 0 && (++plain_run >= period || woke)) {
         plain_run = 0;
-        plain     = false;
-        probing   = true;
-        rate      = probe;
+        if (hopeless(k_cap)) { // the probe's turn passes without one (judged once a turn, not every plain step)
+            return 0;
+        }
+        plain   = false;
+        probing = true;
+        rate    = probe;
         n_probes++;
         return probe_k;
     }
