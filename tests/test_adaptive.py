@@ -204,6 +204,33 @@ def test_no_probe_after_waking_where_no_acceptance_could_pay(tiny_model_path):
         assert sum(a["steps_per_draft_length"][1:]) == 0, a
 
 
+def test_engines_on_one_mtp_context_learn_the_draft_cost_together(tiny_model_path):
+    """llama_mtp_share_costs (llama-server's slots): a second engine on the same MTP context, which never
+    drafts, reports the draft cost the first one times as it generates, not its prior; one on another MTP
+    context is left alone."""
+    kw = dict(n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="on")
+    with pymtp.Model(tiny_model_path("glm4moe"), **kw) as on, pymtp.Model(tiny_model_path("glm4moe"), **kw) as other:
+        lib, rt = on.rt.lib, on.rt
+        second = lib.llama_mtp_init(rt.ctx, rt.ctx_mtp, lib.llama_mtp_default_params())
+        assert second
+        try:
+            lib.llama_mtp_set_adaptive(second, 7)
+            lib.llama_mtp_share_costs(second, rt.engine)
+            lib.llama_mtp_share_costs(other.rt.engine, rt.engine)  # another MTP context: nothing
+            got = on.generate(PROMPTS[0], max_tokens=120, temperature=0.0)
+
+            def d(engine) -> float:
+                s = L.llama_mtp_adaptive_stats()
+                lib.llama_mtp_get_adaptive_stats(engine, s)
+                return s.t_draft_ms
+
+            assert got.stats.n_draft_decodes > 4, got.stats  # past the cold first drafts: D timed
+            assert d(second) == d(rt.engine) > 0
+            assert d(other.rt.engine) != d(rt.engine)
+        finally:
+            lib.llama_mtp_free(second)
+
+
 def test_plain_decoding_when_drafting_cannot_pay(auto_pair):
     """A draft step dearer than a plain step: the controller decodes plainly, defers the MTP
     catch-up (rows written in batches) and re-probes rarely; the output is unchanged."""

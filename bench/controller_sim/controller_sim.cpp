@@ -108,6 +108,10 @@ struct machine {
     // time; no whole steps timed), and a run's rate counts every sequence's tokens
     int32_t             load        = 1;
     int32_t             cutoff      = 1; // 0: the controller's cutoff off (PYMTP_ADAPTIVE_NO_CUTOFF=1)
+    // load > 1: the controller is told that the context splits uneven batches (a KV stream per sequence,
+    // llama-server without --kv-unified; mtp-adaptive.h, split_floor), as the engine tells it. 0: as
+    // PYMTP_ADAPTIVE_ALONE=1 (V(n) holds what the split costs either way)
+    int32_t             splits      = 1;
 
     double V(int32_t n) const {
         if (n <= (int32_t) v.size()) {
@@ -155,6 +159,7 @@ class sim {
         c.k_max  = fixed_k < 0 ? cap : 0;
         c.graphs = m.gpu != 0;
         c.cutoff = m.cutoff != 0;
+        c.splits = m.load > 1 && m.splits != 0;
         c.trace = fixed_k < 0 ? trace : nullptr; // the controller's run only
         result r;
         cold_left = m.cold_n;
@@ -462,6 +467,7 @@ int main(int argc, char ** argv) {
             { "gpu", [&](const char * x) { m.gpu                 = std::atoi(x); } },
             { "load", [&](const char * x) { m.load               = std::max(1, std::atoi(x)); } },
             { "cutoff", [&](const char * x) { m.cutoff           = std::atoi(x); } },
+            { "splits", [&](const char * x) { m.splits           = std::atoi(x); } },
             { "tokens", [&](const char * x) { n_tokens           = std::atoll(x); } },
             { "cap", [&](const char * x) { cap                   = std::atoi(x); } },
             { "max_k", [&](const char * x) { max_k               = std::atoi(x); } },

@@ -74,6 +74,10 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
     if (const char * env = std::getenv("PYMTP_ADAPTIVE_NO_CUTOFF"); env != nullptr && std::strcmp(env, "1") == 0) {
         m->ctrl.cutoff = false;
     }
+    // a verify among other sequences' rows runs as a second decode where the context splits uneven batches
+    // (mtp-adaptive.h, split_floor); PYMTP_ADAPTIVE_ALONE=1: the controller neither knows that nor shares the
+    // draft cost with the slots beside it (llama_mtp_share_costs), as before (A/B runs)
+    m->ctrl.splits = !mtp::adaptive_alone() && mtp::splits_uneven_batches(ctx_tgt);
     // diagnosis (mtp-adaptive.h, trace_step): every engine of the process, MTP on or off, adaptive or a fixed length,
     // appends its steps to the one file; NULL: not traced
     if (const char * trace = std::getenv("PYMTP_ADAPTIVE_TRACE"); trace != nullptr && *trace) {
@@ -734,6 +738,18 @@ void llama_mtp_set_adaptive(llama_mtp * m, int32_t k_max) {
             m->wake(); // fixed-length drafting: the MTP side must be awake (a sleep outlives generations)
         }
     }
+}
+
+void llama_mtp_share_costs(llama_mtp * m, llama_mtp * with) {
+    if (m == nullptr || with == nullptr || m == with || m->ctx_mtp == nullptr || m->ctx_mtp != with->ctx_mtp ||
+        mtp::adaptive_alone()) {
+        return;
+    }
+    auto & group = with->ctrl.draft_group;
+    if (!group) {
+        group = std::make_shared<mtp::running_mean>(with->ctrl.draft_own);
+    }
+    m->ctrl.draft_group = group;
 }
 
 void llama_mtp_get_adaptive_stats(const llama_mtp * m, llama_mtp_adaptive_stats * out) {

@@ -60,6 +60,17 @@ double controller::target_cost(int32_t n) const {
     return (n == 1 || !steady[0] ? t : std::max(t, t1)) / l + sampling.v * n;
 }
 
+double controller::split_floor() const {
+    const int32_t l = std::clamp(load, 1, LOADS);
+    if (!splits || l < 2 || !steady_seen[l - 1][0] || target[l - 1][0].n < 1) {
+        return 0.0;
+    }
+    const double share = target[l - 1][0].v / l; // this sequence's share of the plain batch
+    const auto & alone = target[0][0];           // a one-row decode, where this sequence ran alone
+    const double one   = steady_seen[0][0] || alone.n >= 2 ? alone.v : 0.0;
+    return share + std::max(one, share) + sampling.v * 2;
+}
+
 double controller::steady_cost(int32_t n) const {
     const int32_t l      = std::clamp(load, 1, LOADS);
     const auto &  row    = target[l - 1];
@@ -90,7 +101,7 @@ double controller::steady_cost(int32_t n) const {
 }
 
 double controller::draft_cost() const {
-    return draft.n > 0 ? draft.v : PRIOR_D * plain_batch_cost();
+    return drafts().n > 0 ? drafts().v : PRIOR_D * plain_batch_cost();
 }
 
 // rate of position i from per-position counts: a position seldom reached leans on the one before it (then on PRIOR_A)
@@ -142,7 +153,7 @@ double controller::ratio(int32_t k, double extra_ms) const {
 
 bool controller::hopeless(int32_t k_cap) const {
     const int32_t l = std::clamp(load, 1, LOADS);
-    if (!cutoff || draft.n < 3 || !steady_seen[l - 1][0] || target[l - 1][0].n < 3 || target_cost(1) <= 0.0) {
+    if (!cutoff || drafts().n < 3 || !steady_seen[l - 1][0] || target[l - 1][0].n < 3 || target_cost(1) <= 0.0) {
         return false;
     }
     double verify = target_cost(1); // the cheapest verify: a steady one measured at this load, else a plain step
@@ -152,7 +163,7 @@ bool controller::hopeless(int32_t k_cap) const {
             least = least > 0.0 ? std::min(least, target_cost(n)) : target_cost(n);
         }
     }
-    verify             = std::max(verify, least);
+    verify             = std::max({ verify, least, split_floor() });
     const double plain = ratio(0);
     for (int32_t k = 1; k <= k_cap; ++k) {
         if ((k + 1) / (overhead.v + draft_time(k) + verify) > plain) {
@@ -244,7 +255,7 @@ int32_t controller::plan(int32_t k_cap) {
     // draft cost timed only once or twice (a cold first decode) is re-timed soon whatever the gap
     plain               = true;
     const double gap    = best / std::max(probe, 1e-12);
-    const double cap    = 16.0 * std::pow(4.0, (double) std::min<int64_t>(draft.n, 3));
+    const double cap    = 16.0 * std::pow(4.0, (double) std::min<int64_t>(drafts().n, 3));
     const double period = std::min(cap, 16.0 * std::pow(gap, 8.0));
     const bool   woke   = wake_probe > 0 && --wake_probe == 0; // the MTP KV has rebuilt a little since waking
     if (probe_k > 0 && (++plain_run >= period || woke)) {
@@ -701,7 +712,8 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
     for (auto & row : steady_seen) {
         std::fill(std::begin(row), std::end(row), false);
     }
-    draft      = running_mean{};
+    draft_own = running_mean{};
+    draft_group.reset(); // pinned or relearned: this engine's own again
     catchup    = running_mean{};
     sampling   = running_mean{};
     real_plain = realized_rate{};
@@ -727,8 +739,8 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
         target[0][n - 1]      = running_mean{ plain_ms + verify_extra_ms * (n - 1), 1000 };
         steady_seen[0][n - 1] = true;
     }
-    draft = running_mean{ draft_ms, 1000 };
-    load  = 1;
+    draft_own = running_mean{ draft_ms, 1000 };
+    load      = 1;
 }
 
 void controller::woke() {

@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 namespace mtp {
@@ -197,7 +198,7 @@ struct controller {
     bool          graphs                    = false; // the target decodes on a GPU (per-size graphs, captured)
     bool          size_met[LOADS][K + 1]    = {};    // a decode of this size has been seen
     bool          size_held[LOADS][K + 1]   = {};    // a decode of this size right after one of the same size
-    running_mean  draft;                             // D
+    running_mean  draft_own;                         // D, as this engine timed it (see drafts())
     running_mean  catchup;                           // W
     running_mean  overhead;  // O: a step's time outside the parts above (the caller's loop included)
     running_mean  sampling;  // caller-decoded targets: sampling one verified row (the caller times
@@ -250,6 +251,15 @@ struct controller {
     double  window_ms          = 0.0;
     int32_t window_drafts      = 0; // steps of the current window that drafted
 
+    // D of a group of engines drafting on one MTP context (llama-server's slots, llama_mtp_share_costs): any
+    // one's draft decode times every one's. (Four slots on an H200: each slot's first drafts after waking are
+    // cold and untimed, so each slot probed at four slots to time D itself before it could tell that no draft
+    // pays there.) Null: this engine's own.
+    std::shared_ptr<running_mean> draft_group;
+
+    running_mean &       drafts() { return draft_group ? *draft_group : draft_own; }
+    const running_mean & drafts() const { return draft_group ? *draft_group : draft_own; }
+
     // ---- the current step ----
     int32_t       mode            = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
     int32_t       load            = 1;   // sequences in the target batch (last reported)
@@ -297,7 +307,7 @@ struct controller {
     // quiet steps before the MTP side sleeps. Where drafting's costs are measured and it is far
     // behind, sooner: each probe that waking would spare costs in proportion to the gap (the 2-core CPU,
     // SmolLM2, drafting ~11% behind: awake, the probes and check blocks of a 1024-step run cost ~1-2%)
-    int64_t quiet_limit() const { return draft.n >= 3 && behind >= FAR ? QUIET_FAR : QUIET; }
+    int64_t quiet_limit() const { return drafts().n >= 3 && behind >= FAR ? QUIET_FAR : QUIET; }
     // after plan() chose k: whether the MTP side falls asleep at this step (quiet_limit plain
     // steps in a row; drafting chosen resets the run and makes the next sleep short again)
     bool    sleeps_now(int32_t k) {
@@ -378,6 +388,16 @@ struct controller {
     // took 0.41 ms against a plain batch's 0.42 ms per slot, and a slot's verify row took the batch from
     // 1.65 to 3.8 ms; each slot's probe after waking cost the round 5-10%.)
     bool    hopeless(int32_t k_cap) const;
+    // Where the target context splits a batch whose sequences hold different row counts (splits: a KV stream
+    // per sequence, llama-server's --parallel N without --kv-unified; a recurrent state), a verify among plain
+    // sequences runs as two decodes: one row of every sequence, then this one's other rows. Its least cost
+    // per sequence at this load, as target_cost counts it: its share of the plain batch, plus a whole decode
+    // (at least a one-row decode timed where this sequence ran alone, else that share: L rows cost no more
+    // than L one-row decodes); 0 where nothing splits. hopeless() takes it as the least a verify costs. (Four
+    // slots on an H200, the built-in model: one slot's verify row took the batch from 1.46 to 3.37 ms,
+    // bench/batch_split_cost.py.)
+    double  split_floor() const;
+    bool    splits = false;
     // block mode: whole blocks are timed end to end (the engine's own loop, a one-slot llama-server)
     bool    blocks_timed() const { return own_loop && load <= 1; }
 
@@ -460,7 +480,8 @@ struct controller {
             return;
         }
         if (on() && !pinned) {
-            draft.add(draft.n >= 3 ? std::min(ms, 4.0 * draft.v) : ms);
+            running_mean & d = drafts();
+            d.add(d.n >= 3 ? std::min(ms, 4.0 * d.v) : ms);
         }
     }
     // the MTP side woke (own loop): new graphs and KV, so the first decodes go untimed, and a probe

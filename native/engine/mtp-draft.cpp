@@ -140,10 +140,10 @@ void llama_mtp::timed_draft_decode(int32_t n_ahead, double ms) {
     }
     if (n_ahead == 0) {
         ctrl.timed_draft(ms);
-    } else if (n_ahead <= mtp::controller::K && ctrl.draft.n > 0) {
+    } else if (n_ahead <= mtp::controller::K && ctrl.drafts().n > 0) {
         // a verified step's entries written ahead of the draft row: what they add is the controller's W
         // (the catch-up it charges a step that accepts), the draft decode itself costs D as before
-        ctrl.timed_catchup(n_ahead + 1, std::max(0.0, ms - ctrl.draft.v));
+        ctrl.timed_catchup(n_ahead + 1, std::max(0.0, ms - ctrl.drafts().v));
     } // more rows (deferred while plain decoding led) go untimed, as their separate write did
 }
 

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -40,6 +41,17 @@ inline double ms_since(clock_type::time_point t0) {
 
 // whether the model's decodes run on a GPU (its output layer's device; native/models/model-device.cpp)
 bool decodes_on_gpu(const llama_model * model);
+
+// whether the context runs a batch whose sequences hold different row counts as several ubatches (a KV stream
+// per sequence, or a recurrent state; native/models/batch-split.cpp)
+bool splits_uneven_batches(const llama_context * ctx);
+
+// PYMTP_ADAPTIVE_ALONE=1 in the environment: each engine's controller learns as if it decoded alone (no split
+// floor, no shared draft cost; A/B runs)
+inline bool adaptive_alone() {
+    const char * env = std::getenv("PYMTP_ADAPTIVE_ALONE");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+}
 
 // add one token (with an optional hidden-state row) to a batch
 bool batch_add(llama_batch_ext * batch, llama_seq_id seq, llama_token id, llama_pos pos, const float * h,

@@ -261,6 +261,11 @@ struct llama_mtp_adaptive_stats {
                                                   // blocks are not timed end to end: several busy slots)
 };
 
+// Engines drafting on one MTP context, each its own sequence (llama-server's slots): m learns the cost of a
+// draft decode together with `with` (and every engine already sharing with it), so that an engine whose own
+// drafts have all been cold (untimed) still knows it. Nothing if the two use different MTP contexts.
+LLAMA_API void llama_mtp_share_costs(struct llama_mtp * mtp, struct llama_mtp * with);
+
 // What the controller did since the last llama_mtp_reset_stats, and its current estimates.
 LLAMA_API void llama_mtp_get_adaptive_stats(const struct llama_mtp * mtp, struct llama_mtp_adaptive_stats * out);
 

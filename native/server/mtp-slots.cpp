@@ -26,6 +26,9 @@ mtp_slots::mtp_slots(llama_context * ctx_tgt, llama_context * ctx_mtp, int32_t n
                 "failed to initialize the MTP engine (MTP context too small or head width mismatch)");
         }
     }
+    for (llama_seq_id s = 1; s < n_seq; ++s) {
+        llama_mtp_share_costs(mtps[s], mtps[0]); // one MTP context: one draft decode cost
+    }
     n_max = std::min(n_max, llama_mtp_max_draft(mtps[0]));
     out.resize(llama_mtp_draft_limit() + 1);
     seen.assign(n_seq, false);

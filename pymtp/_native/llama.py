@@ -256,6 +256,7 @@ _SIGNATURES = {
     "llama_mtp_adaptive_default_max": (C.c_int32, []),
     "llama_mtp_set_adaptive": (None, [p_mtp, C.c_int32]),
     "llama_mtp_get_adaptive_stats": (None, [p_mtp, C.POINTER(llama_mtp_adaptive_stats)]),
+    "llama_mtp_share_costs": (None, [p_mtp, p_mtp]),
     # multi-head drafting
     "llama_mtp_set_heads": (C.c_int32, [p_mtp, C.POINTER(p_ctx), C.c_int32]),
     "llama_mtp_set_head_policy": (None, [p_mtp, C.c_int]),
