@@ -112,6 +112,8 @@ struct machine {
     // llama-server without --kv-unified; mtp-adaptive.h, split_floor), as the engine tells it. 0: as
     // PYMTP_ADAPTIVE_ALONE=1 (V(n) holds what the split costs either way)
     int32_t             splits      = 1;
+    // > 0: the draft decode's cost as the other slots timed it (llama_mtp_share_costs), known from the start
+    double              shared_draft_ms = 0.0;
 
     double V(int32_t n) const {
         if (n <= (int32_t) v.size()) {
@@ -160,6 +162,9 @@ class sim {
         c.graphs = m.gpu != 0;
         c.cutoff = m.cutoff != 0;
         c.splits = m.load > 1 && m.splits != 0;
+        if (m.shared_draft_ms > 0.0) {
+            c.draft_group = std::make_shared<mtp::running_mean>(mtp::running_mean{ m.shared_draft_ms, 10 });
+        }
         c.trace = fixed_k < 0 ? trace : nullptr; // the controller's run only
         result r;
         cold_left = m.cold_n;
@@ -468,6 +473,7 @@ int main(int argc, char ** argv) {
             { "load", [&](const char * x) { m.load               = std::max(1, std::atoi(x)); } },
             { "cutoff", [&](const char * x) { m.cutoff           = std::atoi(x); } },
             { "splits", [&](const char * x) { m.splits           = std::atoi(x); } },
+            { "shared_draft_ms", [&](const char * x) { m.shared_draft_ms = std::atof(x); } },
             { "tokens", [&](const char * x) { n_tokens           = std::atoll(x); } },
             { "cap", [&](const char * x) { cap                   = std::atoi(x); } },
             { "max_k", [&](const char * x) { max_k               = std::atoi(x); } },
