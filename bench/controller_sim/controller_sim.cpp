@@ -163,7 +163,8 @@ class sim {
         c.cutoff = m.cutoff != 0;
         c.splits = m.load > 1 && m.splits != 0;
         if (m.shared_draft_ms > 0.0) {
-            c.draft_group = std::make_shared<mtp::running_mean>(mtp::running_mean{ m.shared_draft_ms, 10 });
+            c.draft_group    = std::make_shared<mtp::controller::draft_costs>();
+            c.draft_group->d = mtp::running_mean{ m.shared_draft_ms, 10 };
         }
         c.trace = fixed_k < 0 ? trace : nullptr; // the controller's run only
         result r;

@@ -747,9 +747,13 @@ void llama_mtp_share_costs(llama_mtp * m, llama_mtp * with) {
     }
     auto & group = with->ctrl.draft_group;
     if (!group) {
-        group = std::make_shared<mtp::running_mean>(with->ctrl.draft_own);
+        group                  = std::make_shared<mtp::controller::draft_costs>();
+        group->d               = with->ctrl.draft_own;
+        group->cold            = with->ctrl.cold_drafts; // the context's first draft decodes: the group's, untimed once
+        with->ctrl.cold_drafts = 0;
     }
     m->ctrl.draft_group = group;
+    m->ctrl.cold_drafts = 0; // (before m drafts: its first ones are the group's)
 }
 
 void llama_mtp_get_adaptive_stats(const llama_mtp * m, llama_mtp_adaptive_stats * out) {

@@ -251,14 +251,20 @@ struct controller {
     double  window_ms          = 0.0;
     int32_t window_drafts      = 0; // steps of the current window that drafted
 
-    // D of a group of engines drafting on one MTP context (llama-server's slots, llama_mtp_share_costs): any
-    // one's draft decode times every one's. (Four slots on an H200: each slot's first drafts after waking are
-    // cold and untimed, so each slot probed at four slots to time D itself before it could tell that no draft
-    // pays there.) Null: this engine's own.
-    std::shared_ptr<running_mean> draft_group;
+    // What engines drafting on one MTP context (llama-server's slots, llama_mtp_share_costs) learn together:
+    // D, which any one's draft decode times for all, and the context's first draft decodes (its graphs built
+    // and captured), left untimed once for the group instead of once per engine (after waking each engine's
+    // own first ones still are: its KV restarted). (Four slots on an H200: each slot drafted 3 times in a
+    // bench's first requests, all untimed as its first 4, so D stayed unknown and every slot probed at four
+    // slots after waking to time it, before it could tell that no draft pays there.) Null: this engine's own.
+    struct draft_costs {
+        running_mean d;
+        int32_t      cold = 0; // the context's first draft decodes still to go untimed
+    };
+    std::shared_ptr<draft_costs> draft_group;
 
-    running_mean &       drafts() { return draft_group ? *draft_group : draft_own; }
-    const running_mean & drafts() const { return draft_group ? *draft_group : draft_own; }
+    running_mean &       drafts() { return draft_group ? draft_group->d : draft_own; }
+    const running_mean & drafts() const { return draft_group ? draft_group->d : draft_own; }
 
     // ---- the current step ----
     int32_t       mode            = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
@@ -477,6 +483,11 @@ struct controller {
         if (cold_drafts > 0) {
             step_cold = true;
             cold_drafts--; // just woken: the MTP context's KV restarted, its graphs are new (H100: D 0.2 -> 1.8)
+            return;
+        }
+        if (draft_group && draft_group->cold > 0) { // the group's context is new
+            step_cold = true;
+            draft_group->cold--;
             return;
         }
         if (on() && !pinned) {

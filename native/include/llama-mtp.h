@@ -261,9 +261,11 @@ struct llama_mtp_adaptive_stats {
                                                   // blocks are not timed end to end: several busy slots)
 };
 
-// Engines drafting on one MTP context, each its own sequence (llama-server's slots): m learns the cost of a
-// draft decode together with `with` (and every engine already sharing with it), so that an engine whose own
-// drafts have all been cold (untimed) still knows it. Nothing if the two use different MTP contexts.
+// Engines drafting on one MTP context, each its own sequence (llama-server's slots): `mtp` learns the cost of
+// a draft decode together with `with` (and every engine already sharing with it), so that an engine whose own
+// drafts have all been cold (untimed) still knows it, and the context's first draft decodes (graphs built) go
+// untimed once for the group. Call it before either engine drafts. Nothing if the two use different MTP
+// contexts. The engines of a group must not run on different threads at once (llama-server's slots take turns).
 LLAMA_API void llama_mtp_share_costs(struct llama_mtp * mtp, struct llama_mtp * with);
 
 // What the controller did since the last llama_mtp_reset_stats, and its current estimates.
