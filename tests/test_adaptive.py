@@ -231,6 +231,35 @@ def test_engines_on_one_mtp_context_learn_the_draft_cost_together(tiny_model_pat
             lib.llama_mtp_free(second)
 
 
+def test_the_context_s_first_drafts_go_untimed_once_for_the_group(tiny_model_path):
+    """The first draft decodes of a new MTP context build its graphs and go untimed (4 of them). Engines sharing
+    the context (llama_mtp_share_costs) leave them untimed once for the group, not 4 per engine: two engines
+    that each drafted 2 or 3 times (a four-slot server's first requests on an H200) have timed D, where before
+    neither had, and every slot probed after waking to time it."""
+    with pymtp.Model(tiny_model_path("glm4moe"), n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL,
+                     mtp="on") as on:
+        lib, rt = on.rt.lib, on.rt
+        second = lib.llama_mtp_init(rt.ctx, rt.ctx_mtp, lib.llama_mtp_default_params())
+        assert second
+        try:
+            lib.llama_mtp_set_adaptive(second, 7)
+            lib.llama_mtp_share_costs(second, rt.engine)
+
+            def d(engine) -> float:
+                s = L.llama_mtp_adaptive_stats()
+                lib.llama_mtp_get_adaptive_stats(engine, s)
+                return s.t_draft_ms
+
+            prior = d(rt.engine)
+            for engine, ms in ((rt.engine, 9.0), (rt.engine, 9.0), (second, 9.0), (second, 9.0)):
+                lib.llama_mtp_time_draft(engine, ms)  # the context's first 4: cold
+            assert d(rt.engine) == d(second) == prior
+            lib.llama_mtp_time_draft(second, 0.5)
+            assert d(rt.engine) == d(second) == 0.5
+        finally:
+            lib.llama_mtp_free(second)
+
+
 def test_plain_decoding_when_drafting_cannot_pay(auto_pair):
     """A draft step dearer than a plain step: the controller decodes plainly, defers the MTP
     catch-up (rows written in batches) and re-probes rarely; the output is unchanged."""

@@ -45,6 +45,10 @@ LLAMA_API void llama_mtp_set_realized_rates(struct llama_mtp * mtp, double plain
 // windows measured plain steps, not drafting, and veto nothing.
 LLAMA_API void llama_mtp_set_realized_share(struct llama_mtp * mtp, double share);
 
+// TESTS ONLY: the adaptive controller takes ms as the time of one draft decode of this engine, as if it had
+// drafted (the first ones after the start or a waking go untimed: cold), without drafting anything.
+LLAMA_API void llama_mtp_time_draft(struct llama_mtp * mtp, double ms);
+
 // TESTS ONLY: how many target decode sizes the engine warmed up at init (mtp-warmup.cpp; 0: none). On a
 // GPU it does; PYMTP_WARMUP=1 in the environment makes it do so anywhere, PYMTP_WARMUP=0 never.
 LLAMA_API int32_t llama_mtp_warmed_sizes(const struct llama_mtp * mtp);

@@ -366,6 +366,12 @@ int32_t llama_mtp_set_synthetic_rates(llama_mtp * m, const float * rates, int32_
     return LLAMA_MTP_OK;
 }
 
+void llama_mtp_time_draft(llama_mtp * m, double ms) {
+    if (m != nullptr) {
+        m->ctrl.timed_draft(ms);
+    }
+}
+
 void llama_mtp_pin_adaptive_costs(llama_mtp * m, double plain_ms, double draft_ms, double verify_extra_ms) {
     if (m) {
         m->wake();

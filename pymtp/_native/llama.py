@@ -238,6 +238,7 @@ _SIGNATURES = {
     "llama_mtp_clear": (None, [p_mtp]),
     "llama_mtp_set_synthetic_rates": (C.c_int32, [p_mtp, C.POINTER(C.c_float), C.c_int32]),
     "llama_mtp_pin_adaptive_costs": (None, [p_mtp, C.c_double, C.c_double, C.c_double]),  # tests only
+    "llama_mtp_time_draft": (None, [p_mtp, C.c_double]),  # tests only
     "llama_mtp_pin_adaptive_target_costs": (None, [p_mtp, C.POINTER(C.c_double), C.c_int32, C.c_double]),  # tests only
     "llama_mtp_set_realized_rates": (None, [p_mtp, C.c_double, C.c_double]),  # tests only
     "llama_mtp_set_realized_share": (None, [p_mtp, C.c_double]),  # tests only
