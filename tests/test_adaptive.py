@@ -10,6 +10,8 @@ and at T > 0, with drafts cut by the head's confidence, the output distribution 
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 import pymtp
@@ -204,31 +206,41 @@ def test_no_probe_after_waking_where_no_acceptance_could_pay(tiny_model_path):
         assert sum(a["steps_per_draft_length"][1:]) == 0, a
 
 
+def draft_ms(lib, engine) -> float:
+    """The draft decode's cost an engine's controller reports (its prior until one is timed)."""
+    s = L.llama_mtp_adaptive_stats()
+    lib.llama_mtp_get_adaptive_stats(engine, s)
+    return s.t_draft_ms
+
+
+@contextlib.contextmanager
+def second_engine(model):
+    """A second adaptive engine on the model's target and MTP contexts, sharing costs with its engine (as
+    llama-server's slots do); it never drafts here."""
+    lib, rt = model.rt.lib, model.rt
+    second = lib.llama_mtp_init(rt.ctx, rt.ctx_mtp, lib.llama_mtp_default_params())
+    assert second
+    try:
+        lib.llama_mtp_set_adaptive(second, 7)
+        lib.llama_mtp_share_costs(second, rt.engine)
+        yield second
+    finally:
+        lib.llama_mtp_free(second)
+
+
 def test_engines_on_one_mtp_context_learn_the_draft_cost_together(tiny_model_path):
     """llama_mtp_share_costs (llama-server's slots): a second engine on the same MTP context, which never
     drafts, reports the draft cost the first one times as it generates, not its prior; one on another MTP
     context is left alone."""
     kw = dict(n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="on")
     with pymtp.Model(tiny_model_path("glm4moe"), **kw) as on, pymtp.Model(tiny_model_path("glm4moe"), **kw) as other:
-        lib, rt = on.rt.lib, on.rt
-        second = lib.llama_mtp_init(rt.ctx, rt.ctx_mtp, lib.llama_mtp_default_params())
-        assert second
-        try:
-            lib.llama_mtp_set_adaptive(second, 7)
-            lib.llama_mtp_share_costs(second, rt.engine)
-            lib.llama_mtp_share_costs(other.rt.engine, rt.engine)  # another MTP context: nothing
+        lib, first = on.rt.lib, on.rt.engine
+        with second_engine(on) as second:
+            lib.llama_mtp_share_costs(other.rt.engine, first)  # another MTP context: nothing
             got = on.generate(PROMPTS[0], max_tokens=120, temperature=0.0)
-
-            def d(engine) -> float:
-                s = L.llama_mtp_adaptive_stats()
-                lib.llama_mtp_get_adaptive_stats(engine, s)
-                return s.t_draft_ms
-
             assert got.stats.n_draft_decodes > 4, got.stats  # past the cold first drafts: D timed
-            assert d(second) == d(rt.engine) > 0
-            assert d(other.rt.engine) != d(rt.engine)
-        finally:
-            lib.llama_mtp_free(second)
+            assert draft_ms(lib, second) == draft_ms(lib, first) > 0
+            assert draft_ms(lib, other.rt.engine) != draft_ms(lib, first)
 
 
 def test_the_context_s_first_drafts_go_untimed_once_for_the_group(tiny_model_path):
@@ -238,26 +250,14 @@ def test_the_context_s_first_drafts_go_untimed_once_for_the_group(tiny_model_pat
     neither had, and every slot probed after waking to time it."""
     with pymtp.Model(tiny_model_path("glm4moe"), n_ctx=512, n_batch=64, n_threads=1, n_gpu_layers=NGL,
                      mtp="on") as on:
-        lib, rt = on.rt.lib, on.rt
-        second = lib.llama_mtp_init(rt.ctx, rt.ctx_mtp, lib.llama_mtp_default_params())
-        assert second
-        try:
-            lib.llama_mtp_set_adaptive(second, 7)
-            lib.llama_mtp_share_costs(second, rt.engine)
-
-            def d(engine) -> float:
-                s = L.llama_mtp_adaptive_stats()
-                lib.llama_mtp_get_adaptive_stats(engine, s)
-                return s.t_draft_ms
-
-            prior = d(rt.engine)
-            for engine, ms in ((rt.engine, 9.0), (rt.engine, 9.0), (second, 9.0), (second, 9.0)):
-                lib.llama_mtp_time_draft(engine, ms)  # the context's first 4: cold
-            assert d(rt.engine) == d(second) == prior
+        lib, first = on.rt.lib, on.rt.engine
+        with second_engine(on) as second:
+            prior = draft_ms(lib, first)
+            for engine in (first, first, second, second):
+                lib.llama_mtp_time_draft(engine, 9.0)  # the context's first 4: cold
+            assert draft_ms(lib, first) == draft_ms(lib, second) == prior
             lib.llama_mtp_time_draft(second, 0.5)
-            assert d(rt.engine) == d(second) == 0.5
-        finally:
-            lib.llama_mtp_free(second)
+            assert draft_ms(lib, first) == draft_ms(lib, second) == 0.5
 
 
 def test_plain_decoding_when_drafting_cannot_pay(auto_pair):
