@@ -8,7 +8,7 @@ else runs in between (pymtp bench's fixed lengths leave work and decode sizes be
 next configuration inherits). Decode tok/s only (prefill excluded), as pymtp bench counts it.
 
     python bench/auto_vs_off.py [--limit 16] [--passes 2] [-n 192] [--temp 0.7] [--ngl 99] [--head-only]
-        [--fixed 2,3] [--head NAME=HEAD.gguf] [--create-order off,off2,auto] [MODEL]
+        [--fixed 2,3] [--head NAME=HEAD.gguf] [--env NAME=VAR=VALUE] [--create-order off,off2,auto] [MODEL]
 
 --head-only adds a fourth Model with the MTP head loaded but no MTP context (n_draft=0): what a
 loaded head costs by itself, with no MTP work at all.
@@ -16,6 +16,11 @@ loaded head costs by itself, with no MTP work at all.
 --head NAME=HEAD.gguf (repeatable) also runs auto, and each --fixed length, with that head in place of the
 model's own (`auto@NAME`, `k=2@NAME`): candidate default heads (a draft vocabulary, a new graft) against
 the shipped one at any temperature, in the same per-prompt orders and next to the same noise floor.
+
+--env NAME=VAR=VALUE (repeatable) also runs auto with the environment variable VAR set to VALUE while its
+Model is created (`auto@NAME`): the engine reads its A/B switches (docs/engine.md, e.g.
+PYMTP_ADAPTIVE_NO_STALLS=1) when it starts, so one build runs a controller change against the old rule in
+the same per-prompt orders, next to the same noise floor.
 
 MODEL defaults to the built-in SmolLM2-135M-Instruct with its shipped head; prompts are the
 MT-Bench first turns (downloaded once from the package registry).
@@ -25,11 +30,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from pymtp import Model
 from pymtp.bench.prompts import load_prompts
 from pymtp.bench.runner import balanced_orders
+
+
+def started_with(var: str, value: str, start):
+    """start() with var=value in the environment, which is then put back as it was."""
+    before = os.environ.get(var)
+    os.environ[var] = value
+    try:
+        return start()
+    finally:
+        if before is None:
+            del os.environ[var]
+        else:
+            os.environ[var] = before
 
 
 def main() -> int:
@@ -48,6 +67,9 @@ def main() -> int:
                          "against the best fixed length, next to the noise floor)")
     ap.add_argument("--head", action="append", default=[], metavar="NAME=HEAD.gguf",
                     help="also run auto and each --fixed length with this head (auto@NAME, k=K@NAME); repeatable")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VAR=VALUE",
+                    help="also run auto with VAR=VALUE in the environment while its Model starts (auto@NAME); "
+                         "repeatable")
     ap.add_argument("--create-order", default="off,off2,auto",
                     help="the order in which the Models are created (default: off,off2,auto), to check that a "
                          "Model's speed does not depend on it (on an H200 it did not: creating auto first left "
@@ -77,6 +99,12 @@ def main() -> int:
         make[f"auto@{hname}"] = lambda path=path: Model(args.model, n_draft="auto", mtp_head=path, **kw)
         for k in fixed:
             make[f"k={k}@{hname}"] = lambda k=k, path=path: Model(args.model, n_draft=k, mtp_head=path, **kw)
+    for spec in args.env:
+        ename, var, value = (spec.split("=", 2) + ["", ""])[:3]
+        if not ename or not var or spec.count("=") < 2 or "@" in ename or f"auto@{ename}" in make:
+            ap.error(f"--env: expected NAME=VAR=VALUE (NAME without '@', not a --head's), got {spec!r}")
+        make[f"auto@{ename}"] = lambda var=var, value=value: started_with(
+            var, value, lambda: Model(args.model, n_draft="auto", **kw))
     first = args.create_order.split(",")
     order = first + [n for n in make if n not in first]
     if sorted(order) != sorted(make):
@@ -117,7 +145,7 @@ def main() -> int:
     rate = {n: 1000.0 * tok[n] / ms[n] for n in names}
     res = {"tok_per_s": rate, "ratio_to_off": {n: rate[n] / rate["off"] for n in names},
            "auto_steps_per_draft_length": steps["auto"], "auto_steps_asleep": asleep["auto"],
-           "steps_per_draft_length": steps, "steps_asleep": asleep, "heads": args.head,
+           "steps_per_draft_length": steps, "steps_asleep": asleep, "heads": args.head, "envs": args.env,
            "prompts": args.limit, "passes": args.passes, "n": args.n, "temp": args.temp, "create_order": order}
     for n in names:
         print(f"{n:9s} {rate[n]:8.2f} tok/s  {rate[n] / rate['off']:.3f}x of off")
