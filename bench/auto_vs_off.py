@@ -19,7 +19,7 @@ the shipped one at any temperature, in the same per-prompt orders and next to th
 
 --env NAME=VAR=VALUE (repeatable) also runs auto with the environment variable VAR set to VALUE while its
 Model is created (`auto@NAME`): the engine reads its A/B switches (docs/engine.md, e.g.
-PYMTP_ADAPTIVE_NO_STALLS=1) when it starts, so one build runs a controller change against the old rule in
+PYMTP_ADAPTIVE_NO_CUTOFF=1) when it starts, so one build runs a controller change against the old rule in
 the same per-prompt orders, next to the same noise floor.
 
 MODEL defaults to the built-in SmolLM2-135M-Instruct with its shipped head; prompts are the

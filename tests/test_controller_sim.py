@@ -145,22 +145,17 @@ def test_blocks_are_long_where_a_size_change_is_dear(sim):
     assert sum(auto) >= 0.93 * sum(best), (auto, best)
 
 
-def test_alternating_verify_sizes_start_block_mode(sim):
+@pytest.mark.parametrize("seed", [2, 28, 38])
+def test_alternating_verify_sizes_start_block_mode(sim, seed):
     """Gemma 3 270M on an H200: per-step choices alternated the verify size (2, 3, 2 rows), so no size ran
     steady and those decodes (a graph rebuilt each time, 4-7 ms against ~3) stood in for T(2) and T(3),
     while S was measured only against steady samples and stayed ~0: block mode never started, drafting
-    looked dear, the engine slept (0.97x of MTP off on the device; seeds 2, 28 and 38 0.70-0.75 of the best
-    fixed length). A changed-size decode far above the steady cost extrapolated for its size is a sample of
-    S. Over eight seeds: these ~500-step runs move by up to +-15% of the best fixed length with their seed
-    (the text's acceptance and which blocks an answer's start falls in), so a bound on each of three seeds
-    failed on a change that moved none of them on average (100 seeds)."""
-    auto, best = [], []
-    for seed in (2, 28, 38, 3, 4, 5, 6, 7):
-        res = sim("gemma-h1-h200", RECORDED_CAP, f"seed={seed}")
-        assert res["auto"]["blocky"], (seed, res["auto"])
-        auto.append(res["runs"]["auto"]["speedup"])
-        best.append(best_fixed(res))
-    assert sum(auto) >= 0.85 * sum(best), (auto, best)
+    looked dear, the engine slept (0.97x of MTP off on the device; these seeds 0.70-0.75 of the best fixed
+    length). A changed-size decode far above the steady cost extrapolated for its size is a sample of S."""
+    res = sim("gemma-h1-h200", RECORDED_CAP, f"seed={seed}")
+    auto = res["runs"]["auto"]
+    assert res["auto"]["blocky"], res["auto"]
+    assert auto["speedup"] >= 0.9 * best_fixed(res), (auto, best_fixed(res))
 
 
 def test_cheap_returns_to_plain_do_not_drag_the_plain_cost_down(sim):
@@ -191,21 +186,16 @@ def test_recaptures_make_lengths_run_now_and_then_dear(sim):
     assert gap(with_) < gap(without), (with_, without)
 
 
-def test_one_hard_stretch_does_not_sleep_through_the_easy_text_after_it(sim):
+@pytest.mark.parametrize("seed", [2, 5, 7])
+def test_one_hard_stretch_does_not_sleep_through_the_easy_text_after_it(sim, seed):
     """The built-in model's H200 costs, text of one difficulty but for 300 hard tokens (acceptance x0.6)
     after the first 1000: plain decoding led through the hard stretch, the acceptance measured there stayed
     the controller's estimate while nothing drafted, and the MTP side slept through the easy text after it
-    (1024-3072 steps; 0.91-0.95 of the best fixed length on seeds 2, 5 and 7). The recent acceptance is
-    drawn towards the long-run one as it goes stale (half after 128 steps without a verified draft). Over
-    eight seeds, none asleep: one seed's ratio moves by +-2% with changes that leave the mean alone."""
-    auto, best = [], []
-    for seed in range(1, 9):
-        res = sim("smol-v3-h200", "acc_spread=0", "hard_at=1000", "hard_tokens=300", "hard_factor=0.6",
-                  f"seed={seed}")
-        assert res["auto"]["dormant"] == 0, (seed, res["auto"])
-        auto.append(res["runs"]["auto"]["speedup"])
-        best.append(best_fixed(res))
-    assert sum(auto) >= 0.95 * sum(best), (auto, best)
+    (1024-3072 steps; 0.91-0.95 of the best fixed length on these seeds). The recent acceptance is drawn
+    towards the long-run one as it goes stale (half after 128 steps without a verified draft)."""
+    res = sim("smol-v3-h200", "acc_spread=0", "hard_at=1000", "hard_tokens=300", "hard_factor=0.6", f"seed={seed}")
+    assert res["auto"]["dormant"] == 0, res["auto"]
+    assert res["runs"]["auto"]["speedup"] >= 0.95 * best_fixed(res), (res["runs"]["auto"], best_fixed(res))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -237,17 +227,3 @@ def test_a_slot_that_knows_d_from_its_neighbours_probes_nothing_where_batches_sp
     assert with_floor["auto"]["probes"] == 0 and drafting == 0, with_floor["auto"]
     assert without["auto"]["probes"] >= 1, without["auto"]
     assert with_floor["runs"]["auto"]["speedup"] > without["runs"]["auto"]["speedup"]
-
-
-def test_a_stall_in_a_block_does_not_make_its_length_look_dear(sim):
-    """Block mode times each length by its blocks' steady steps. On a GPU some of those steps stall (graphs
-    re-captured at a new answer or a step of the KV window): ~1% of the usual lengths' steps in the H200 and
-    H100 traces, 5% of a rarely run length's. Counted, one stall put k=2 at 2.4 ms a step where it ran 1.9
-    (the built-in model's H200 costs, seed 1), and k=1 ran the last 1100 steps where k=2 was best. Steps over
-    2x their block's mean so far are left out where they are rare (PYMTP_ADAPTIVE_NO_STALLS=1: counted)."""
-    seeds = range(1, 17)
-    left_out = [sim("smol-v4-h200", f"seed={s}") for s in seeds]
-    counted = [sim("smol-v4-h200", f"seed={s}", "stalls=0") for s in seeds]
-    auto = sum(r["runs"]["auto"]["speedup"] for r in left_out)
-    assert auto >= 1.02 * sum(r["runs"]["auto"]["speedup"] for r in counted)
-    assert auto >= 0.94 * sum(best_fixed(r) for r in left_out)

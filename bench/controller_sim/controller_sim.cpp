@@ -37,8 +37,7 @@
 // hard_tokens > 0 a stretch of that many tokens from token hard_at on is hard text (rates x hard_factor); with
 // open_tokens > 0 (and prompt > 0) every answer's first open_tokens tokens accept at rates x open_factor.
 // Timings get multiplicative noise (jitter) from a seeded generator, and a share spike_p of target decodes
-// stalls spike_ms more. The controller as configured in the engine, except: cutoff=0 (as
-// PYMTP_ADAPTIVE_NO_CUTOFF=1), stalls=0 (block mode counts a block's stalls, as PYMTP_ADAPTIVE_NO_STALLS=1).
+// stalls spike_ms more.
 //
 // Usage: controller_sim key=value ...  (see main() for the keys); prints one JSON object. trace=FILE
 // writes the controller's run one step per line, as PYMTP_ADAPTIVE_TRACE does in the engine.
@@ -109,7 +108,6 @@ struct machine {
     // time; no whole steps timed), and a run's rate counts every sequence's tokens
     int32_t             load        = 1;
     int32_t             cutoff      = 1; // 0: the controller's cutoff off (PYMTP_ADAPTIVE_NO_CUTOFF=1)
-    int32_t             stalls      = 1; // 0: a block's stalls count in its time (PYMTP_ADAPTIVE_NO_STALLS=1)
     // load > 1: the controller is told that the context splits uneven batches (a KV stream per sequence,
     // llama-server without --kv-unified; mtp-adaptive.h, split_floor), as the engine tells it. 0: as
     // PYMTP_ADAPTIVE_ALONE=1 (V(n) holds what the split costs either way)
@@ -163,7 +161,6 @@ class sim {
         c.k_max  = fixed_k < 0 ? cap : 0;
         c.graphs = m.gpu != 0;
         c.cutoff = m.cutoff != 0;
-        c.stall_factor = m.stalls != 0 ? mtp::controller::STALL : 0.0;
         c.splits = m.load > 1 && m.splits != 0;
         if (m.shared_draft_ms > 0.0) {
             c.draft_group    = std::make_shared<mtp::controller::draft_costs>();
@@ -307,9 +304,6 @@ class sim {
                     c.n_deferred += n_out;
                 } else {
                     const int32_t rows = queue;
-                    if (rows >= mtp::controller::QUEUE) {
-                        c.flushed_queue();
-                    }
                     double        w    = write_rows(queue);
                     queue              = 0;
                     if (catchup_cold_left > 0) { // new graphs of the MTP context, as its first drafts
@@ -479,7 +473,6 @@ int main(int argc, char ** argv) {
             { "gpu", [&](const char * x) { m.gpu                 = std::atoi(x); } },
             { "load", [&](const char * x) { m.load               = std::max(1, std::atoi(x)); } },
             { "cutoff", [&](const char * x) { m.cutoff           = std::atoi(x); } },
-            { "stalls", [&](const char * x) { m.stalls           = std::atoi(x); } },
             { "splits", [&](const char * x) { m.splits           = std::atoi(x); } },
             { "shared_draft_ms", [&](const char * x) { m.shared_draft_ms = std::atof(x); } },
             { "tokens", [&](const char * x) { n_tokens           = std::atoll(x); } },

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                          "async_share, caller_ms, hidden_ms, cold_ms, cold_n, prompt, prefill_ms, new_size_ms, "
                          "capture_ms, gpu, jitter, acc_spread, acc_seg, hard_at, hard_tokens, hard_factor, "
                          "open_tokens, open_factor, ctx_loss, ctx_tau, wake_target_ms, "
-                         "wake_target_n, rates, conf, load, cutoff, stalls, tokens, cap, max_k, seed, trace "
+                         "wake_target_n, rates, conf, load, cutoff, tokens, cap, max_k, seed, trace "
                          "(controller_sim.cpp says what each is)")
     args = ap.parse_args(argv)
     try:

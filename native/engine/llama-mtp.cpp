@@ -74,10 +74,6 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
     if (const char * env = std::getenv("PYMTP_ADAPTIVE_NO_CUTOFF"); env != nullptr && std::strcmp(env, "1") == 0) {
         m->ctrl.cutoff = false;
     }
-    // A/B runs (mtp-adaptive.h, stall_factor): a block's stalls count in its length's time
-    if (const char * env = std::getenv("PYMTP_ADAPTIVE_NO_STALLS"); env != nullptr && std::strcmp(env, "1") == 0) {
-        m->ctrl.stall_factor = 0.0;
-    }
     // a verify among other sequences' rows runs as a second decode where the context splits uneven batches
     // (mtp-adaptive.h, split_floor); PYMTP_ADAPTIVE_ALONE=1: the controller neither knows that nor shares the
     // draft cost with the slots beside it (llama_mtp_share_costs), as before (A/B runs)

@@ -276,26 +276,17 @@ void controller::stepped(int32_t n_tok, double ms) {
     if (!on() || pinned || !(ms > 0.0) || n_tok <= 0) {
         return;
     }
-    own_loop         = true;
+    own_loop        = true;
     // a step that carried a cold decode (graphs built or captured, a KV just restarted) is not what its
     // length costs: blocks and windows leave it out. (H100, SmolLM2, T=0.7: the first plain steps after
     // waking took 3-5 ms against 1.2, the plain block holding them ran dear for several blocks, and k=1
     // blocks, 18% behind plain per token, ran 238 steps.)
-    const bool cold  = step_cold;
-    const bool flush = step_flush > 0;
-    step_cold        = false;
-    step_flush       = std::max(0, step_flush - 1);
+    const bool cold = step_cold;
+    step_cold       = false;
     if (hold && ++blk_seen > BLK_SKIP && k_last == block_k && !cold) { // block mode: its steady steps, end to end
         const double unit = block_unit();
-        const double x    = unit > 0.0 ? ms / unit : 0.0;
-        const double ref  = blk_steps >= 2 ? blk_time / blk_steps : 0.0;
-        if (unit > 0.0 && ref > 0.0 && stall_factor > 0.0 && x > stall_factor * ref && !flush) { // a stall
-            stall_t += x;
-            stall_n++;
-        } else if (unit > 0.0) {
-            blk_time += x;
-            blk_steps++;
-        }
+        blk_time += unit > 0.0 ? ms / unit : 0.0;
+        blk_steps += unit > 0.0 ? 1 : 0;
     }
     if (window_left <= 0) { // the first window decides freely
         window_left = WINDOW;
@@ -392,16 +383,10 @@ int32_t controller::plan_block(int32_t k_cap) {
         // 8th spent ~7% on changes)
         const int32_t blen = block_len();
         // the block that ended, end to end (own loop): the time per step its length realized
-        if (stall_n * 4 > blk_steps) { // not rare: what this length costs
-            blk_time += stall_t;
-            blk_steps += stall_n;
-        }
         if (block_k >= 0 && blk_steps >= 3) {
             blk[std::clamp(block_k, 0, K)].add(blk_time, blk_steps, BLK_KEEP);
         }
         blk_time  = 0.0;
-        stall_t   = 0.0;
-        stall_n   = 0;
         blk_steps = blk_seen = blk_age = 0;
         // each length's time per step: realized where its blocks ran (only the engine's own loop times
         // blocks), else modelled and scaled by realized/modelled over the lengths that ran (the model
@@ -737,8 +722,6 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
         b = realized_cost{};
     }
     blk_time  = 0.0;
-    stall_t   = 0.0;
-    stall_n   = 0;
     blk_steps = blk_seen = 0;
     window_plain         = false;
     window_check         = false;

@@ -144,9 +144,6 @@ struct controller {
         0.85; // block mode: a length not yet run is tried where the model puts it this close
     static constexpr int32_t BLK_SKIP  = 2;   // block mode: a block's first steps (a change of size) are not timed
     static constexpr double  BLK_KEEP  = 0.7; // block mode: realized costs per length, ~3 recent blocks
-    // block mode: a steady step that took more than this times its block's mean so far is a stall (see
-    // stall_factor)
-    static constexpr double  STALL     = 2.0;
     // block mode where blocks are not timed end to end (several sequences share the batch): a drafting
     // block (a choice or a probe) ends once BLK_TRY steps of it have re-measured its costs and acceptance
     // and the model no longer puts its length ahead of plain decoding. (Four llama-server slots on this
@@ -248,7 +245,6 @@ struct controller {
     int32_t cold_targets       = COLD_TARGETS; // target decodes left untimed (the same)
     int32_t cold_catchups      = COLD_DRAFTS;  // catch-up decodes left untimed (the same)
     bool    step_cold          = false;        // a decode of the step under way went untimed as cold
-    int32_t step_flush         = 0;            // steps left that carry a full queue of deferred rows written
     bool    catchup_met[K + 1] = {};           // a catch-up decode of this many rows has been seen (GPU: captured)
     bool    window_check       = false;        // the current window runs the policy that is behind
     double  window_tok         = 0.0;
@@ -293,22 +289,11 @@ struct controller {
     // untimed drafting blocks end where they lose (BLK_TRY), and nothing probes where no acceptance could pay
     // (hopeless); PYMTP_ADAPTIVE_NO_CUTOFF=1 in the environment turns both off (A/B runs)
     bool          cutoff          = true;
-    // Block mode leaves a block's stalls out of its time (steps over stall_factor x the block's mean so far:
-    // a GPU re-capturing graphs at a new answer or a step of the KV window, another process on a CPU), unless
-    // they are a quarter or more of its steps. Any length pays such stalls alike; counted, one stall made the
-    // length it fell in look dear, and a length run rarely was not re-run for the rest of the run. (H200 and
-    // H100 traces of the built-in model: ~1% of the usual lengths' steady steps, carrying 1-4% of their time;
-    // 5% of a rarely run length's, carrying 10-13%. The simulator, the built-in model's H200 costs: one
-    // 2.9x-dear step put k=2 at 2.4 ms a step where it ran 1.9, and k=1 ran the last 1100 steps where k=2 was
-    // best; auto +1.7% over 300 seeds.) 0: every steady step counts (PYMTP_ADAPTIVE_NO_STALLS=1, A/B runs).
-    double        stall_factor    = STALL;
     bool          blk_probe       = false; // block mode: the current block tries a neighbour
     realized_cost blk[K + 1];              // block mode, own loop: time per step realized by recent blocks of each
                                            //   length (in block_unit)
     double  blk_time  = 0.0;   // the current block's steady steps so far, in block_unit (end to end, caller included)
     int32_t blk_steps = 0;     //   (steps that drafted the block's length, after its first BLK_SKIP)
-    double  stall_t   = 0.0;   // its stalls (stall_factor), kept apart
-    int32_t stall_n   = 0;     //   (how many)
     int32_t blk_seen  = 0;     // steps of the current block so far
     int32_t k_last    = 0;     // what the last step drafted
     bool    own_loop  = false; // whole steps are timed (the engine's own loop; a one-slot llama-server)
@@ -341,9 +326,6 @@ struct controller {
         // that held the probe back let the quiet run put the MTP side back to sleep unprobed)
         return ++quiet_run >= quiet_limit() && k == 0 && wake_probe == 0;
     }
-    // the step under way writes a full queue of deferred MTP rows (QUEUE): a cost of awake plain steps, not
-    // a stall (stall_factor), in it and in the next step (a GPU finishes the write while that one runs)
-    void flushed_queue() { step_flush = 2; }
     // the MTP side fell asleep, for sleep_len steps (the next sleep doubles, up to SLEEP_MAX)
     void fell_asleep() {
         asleep     = true;

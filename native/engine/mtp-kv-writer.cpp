@@ -123,9 +123,6 @@ int32_t llama_mtp::catch_up(const llama_token * toks, int32_t n, llama_pos p0, b
     if (for_draft && !multi() && queue.size() < mtp::controller::QUEUE) {
         return LLAMA_MTP_OK; // the next draft decode writes them ahead of its row (queue_ahead)
     }
-    if (queue.size() >= mtp::controller::QUEUE) {
-        ctrl.flushed_queue();
-    }
     const int32_t rc = write_queued({ this });
     stats.t_catchup_ms += mtp::ms_since(t0);
     return rc;
