@@ -99,6 +99,7 @@ def test_pymtp_trim_writes_a_draft_vocabulary_file_found_next_to_the_model(tiny_
     # bad input: a clear error, nothing written
     for argv, message in (
             (["--mtp-head", str(side)], "has MTP layers of its own"),
+            (["--type", "q8_0"], "writes only their draft vocabulary"),
             (["-n", str(n_vocab)], "smaller than the vocabulary")):
         bad = tmp_path / "bad.gguf"
         assert main(["trim", str(model), "-n", "16", "--counts", str(counts), "-o", str(bad), *argv]) != 0

@@ -711,6 +711,62 @@ def test_pymtp_trim_cli(grafted, tiny_llama, tmp_path, capsys):
         assert not (tmp_path / "bad.gguf").exists()
 
 
+def test_trimmed_head_with_q8_0_matrices(grafted, tiny_llama, tmp_path, capsys):
+    """pymtp trim --type q8_0 stores the head's own matrices in 8 bits (a cheaper draft step on a CPU): every
+    f16 matrix becomes q8_0, the draft vocabulary's rows stay the base's as stored, the norms f32; its draft
+    scores stay near the f16 head's, it drafts losslessly, and --check-prompts compares it with the same
+    trim of the matrices as stored."""
+    from gguf.quants import dequantize
+
+    import pymtp
+    from pymtp.graft import trim
+    from pymtp.graft.tokenizer import Tokenizer
+
+    head, _, _ = grafted
+    f16, keep, _ = _trimmed(grafted, tiny_llama, tmp_path)
+    q8 = trim.trim_head(head, tiny_llama, keep, tmp_path / "q8.gguf", head_type="q8_0")
+    a = {t.name: t for t in gguf.GGUFReader(str(f16)).tensors}
+    b = {t.name: t for t in gguf.GGUFReader(str(q8)).tensors}
+    assert a.keys() == b.keys()
+    lm_head = f"blk.{N_LAYER}.nextn.shared_head_head.weight"
+    matrices = [n for n, t in a.items() if t.tensor_type == gguf.GGMLQuantizationType.F16 and len(t.shape) == 2]
+    assert len(matrices) >= 7
+    for name, t in a.items():
+        if name in matrices:
+            assert b[name].tensor_type == gguf.GGMLQuantizationType.Q8_0, name
+            x = np.asarray(t.data, np.float32)
+            err = np.abs(dequantize(np.asarray(b[name].data), b[name].tensor_type) - x).max()
+            assert 0 < err <= np.abs(x).max() / 100, name                 # 8-bit blocks, not a copy
+        else:                                                              # norms, d2t, the base's LM-head rows
+            assert b[name].tensor_type == t.tensor_type and np.array_equal(b[name].data, t.data), name
+    assert lm_head not in matrices
+    r = gguf.GGUFReader(str(q8))
+    assert r.get_field("pymtp.graft.matrix_type").contents() == "q8_0"
+
+    prompt = "The quick brown fox jumps over the"
+    peeks = {}
+    for name, path in (("f16", f16), ("q8", q8)):
+        with pymtp.Model(tiny_llama, mtp="on", mtp_head=path, n_draft=3, n_ctx=256, n_threads=1) as m:
+            m.generate(prompt, max_tokens=1)
+            peeks[name] = np.array(m.rt.peek_draft(1)[1])[0, keep]
+    spread = peeks["f16"].max() - peeks["f16"].min()
+    assert 0 < np.abs(peeks["q8"] - peeks["f16"]).max() < 0.05 * spread
+    assert_head_drafts_losslessly(tiny_llama, q8, n_draft=3)
+
+    counts = tmp_path / "counts.npz"
+    with Tokenizer(tiny_llama) as tok:
+        np.savez(counts, train=np.bincount(np.asarray(tok.tokenize(CORPUS, add_special=False)), minlength=tok.n_vocab))
+    out = tmp_path / "cli-q8.gguf"
+    assert main(["trim", str(tiny_llama), "--mtp-head", str(head), "-n", "32", "-o", str(out), "--type", "q8_0",
+                 "--counts", str(counts), "--check-prompts", "2", "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "its matrices q8_0" in text
+    assert "trimmed head, matrices as stored" in text and "trimmed head, q8_0 matrices" in text
+    assert sorted(p.name for p in tmp_path.glob("cli-q8*")) == ["cli-q8.gguf"]     # the check's copy is gone
+    assert main(["info", str(tiny_llama), "--mtp-head", str(out)]) == 0
+    assert "head matrices   q8_0 (pymtp trim --type)" in capsys.readouterr().out
+
+
 def test_pymtp_trim_counts_tokens_in_the_bases_own_answers(grafted, tiny_llama, tmp_path, capsys):
     """Without --counts or cached graft data, the engine generates answers to count tokens in."""
     head, _, _ = grafted

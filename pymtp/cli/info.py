@@ -86,7 +86,7 @@ def head_in_use(model_path, info, head_arg: str | None) -> dict | None:
     return {"path": str(path), "source": source, "n_mtp_layers": head.n_mtp_layers,
             "acceptance": recorded(head), "acceptance_note": describe_recorded(head),
             "draft_vocab": prov.get("draft_vocab"), "draft_vocab_coverage": prov.get("draft_vocab_coverage"),
-            "parallel": prov.get("parallel"), "features": head.feature_head}
+            "parallel": prov.get("parallel"), "features": head.feature_head, "matrix_type": prov.get("matrix_type")}
 
 
 def info_lines(info, will_run: bool, reason: str, head: dict | None = None) -> list[str]:
@@ -113,6 +113,8 @@ def info_lines(info, will_run: bool, reason: str, head: dict | None = None) -> l
         if head.get("draft_vocab_coverage") is not None:
             note += f", {head['draft_vocab_coverage']:.1%} of the base's held-out generated tokens"
         rows.insert(-1, ("draft vocab", note))
+    if head is not None and head.get("matrix_type"):
+        rows.insert(-1, ("head matrices", f"{head['matrix_type']} (pymtp trim --type)"))
     if head is not None and head.get("features"):
         rows.insert(-1, ("feature head", "fed the base's final hidden state fused with two of its layers' "
                                          "inputs (pymtp graft --features)"))

@@ -100,9 +100,42 @@ def _draft_tensors(src, ids: np.ndarray, head_name: str, d2t_name: str) -> dict:
     return {head_name: (np.asarray(src.data)[ids], src.tensor_type), d2t_name: (ids.astype(np.int32), None)}
 
 
-def trim_head(head, base, ids: np.ndarray, out, *, extra_provenance: dict | None = None) -> Path:
+MATRIX_TYPES = ("f16", "q8_0")
+
+
+def _retyped(reader, head_type: str | None, skip) -> dict:
+    """The head's own matrices (2-D f16 or q8_0 tensors, not the names in ``skip``) stored as ``head_type``,
+    for copy_gguf; {} for None (as stored). A parallel head's mask rows stay f32, and a row length that q8_0's
+    32-value blocks do not divide stays as stored."""
+    import gguf
+    from gguf.quants import dequantize, quantize
+
+    if head_type is None:
+        return {}
+    if head_type not in MATRIX_TYPES:
+        raise PymtpError(f"matrix type must be one of {', '.join(MATRIX_TYPES)} (got {head_type})")
+    want = gguf.GGMLQuantizationType.Q8_0 if head_type == "q8_0" else gguf.GGMLQuantizationType.F16
+    out = {}
+    for t in reader.tensors:
+        kinds = (gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q8_0)
+        if t.name in skip or t.tensor_type not in kinds or t.tensor_type == want or len(t.shape) != 2:
+            continue
+        values = dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
+        if want == gguf.GGMLQuantizationType.Q8_0:
+            if values.shape[-1] % 32:
+                continue
+            out[t.name] = (quantize(values, want), want)
+        else:
+            out[t.name] = (values.astype(np.float16), want)
+    return out
+
+
+def trim_head(head, base, ids: np.ndarray, out, *, extra_provenance: dict | None = None,
+              head_type: str | None = None) -> Path:
     """Write ``out``: the head-only GGUF ``head`` (of the dense base ``base``) with a draft
-    vocabulary of the token ids ``ids`` in each of its MTP blocks."""
+    vocabulary of the token ids ``ids`` in each of its MTP blocks, and its own matrices stored as
+    ``head_type`` ("f16" or "q8_0"; None: as stored). The draft vocabulary's LM-head rows stay the
+    base's, as stored."""
     import gguf
 
     head, base, out = Path(head), Path(base), Path(out)
@@ -122,10 +155,12 @@ def trim_head(head, base, ids: np.ndarray, out, *, extra_provenance: dict | None
     new = {}
     for L in layers:
         new.update(_draft_tensors(_lm_head(rh, rb, L), ids, HEAD_NAME.format(L), D2T_NAME.format(L)))
+    new.update(_retyped(rh, head_type, skip=set(new)))
 
     # the measured acceptance was the untrimmed head's: it no longer applies
-    return copy_gguf(head, out, provenance={"draft_vocab": int(len(ids)), **(extra_provenance or {})},
-                     drop_provenance=RECORDED_ACCEPTANCE, tensors=new)
+    provenance = {"draft_vocab": int(len(ids)), **({"matrix_type": head_type} if head_type else {}),
+                  **(extra_provenance or {})}
+    return copy_gguf(head, out, provenance=provenance, drop_provenance=RECORDED_ACCEPTANCE, tensors=new)
 
 
 def draft_vocab_file(base, ids: np.ndarray, out, *, extra_provenance: dict | None = None) -> Path:
