@@ -26,6 +26,10 @@ def test_shipped_head_is_a_small_llama_head():
     assert int(d2t.n_elements) == 8192
     keys = {f.name for f in r.fields.values()}
     assert {"pymtp.graft.draft_vocab", "pymtp.graft.acceptance"} <= keys
+    # its own matrices in 8 bits as well (pymtp trim --type q8_0): a cheaper draft step on a CPU, same acceptance
+    matrices = {t.name: t.tensor_type for t in r.tensors if len(t.shape) == 2}
+    assert len(matrices) == 10 and set(matrices.values()) == {gguf.GGMLQuantizationType.Q8_0}, matrices
+    assert head.stat().st_size <= 11 * 1024 * 1024
 
 
 def test_built_in_model_gets_the_shipped_head(tmp_path):
