@@ -36,7 +36,7 @@ layers with and without the draft vocabulary).
 --type q8_0 also stores the head's own matrices (its block, input projection and
 feature fusion; not the draft vocabulary's rows, which stay the base's) in 8 bits
 instead of 16: on a CPU that makes a draft step cheaper again (the built-in head:
-D 0.115 -> 0.092 of a plain step, the same acceptance). With --check-prompts the
+D ~0.11 -> ~0.09 of a plain step, the same acceptance). With --check-prompts the
 written head is then also compared with a trimmed head of the matrices as stored,
 and a loss of acceptance is warned about (quantized heads can silently stop
 accepting)."""
