@@ -257,7 +257,7 @@ def test_info_reports_the_head_found_next_to_the_model(model_file, tmp_path, cap
     # head v4 with its 8192-token draft vocabulary and q8_0 matrices, measured by pymtp trim --check-prompts 32
     assert "head accepts    0.61 / 0.38 / 0.26 by draft position, AL(3) 2.25" in out
     assert "draft vocab     8192 tokens (pymtp trim)" in out
-    assert "head matrices   q8_0 (pymtp trim --type)" in out
+    assert "head matrices   q8_0 (written with --type q8_0)" in out
     assert "feature head    fed the base's final hidden state fused with two of its layers' inputs" in out
     assert main(["info", str(model), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

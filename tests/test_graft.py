@@ -346,6 +346,7 @@ def test_q8_0_graft_is_checked_against_its_f16_original(tiny_llama, tmp_path):
     types = {t.name: t.tensor_type for t in r.tensors}
     assert types[f"blk.{N_LAYER}.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0
     assert r.get_field("pymtp.graft.draft_vocab").contents() == 64
+    assert r.get_field("pymtp.graft.matrix_type").contents() == "q8_0"    # pymtp info shows it
     assert not list(tmp_path.glob("*f16-check*"))                  # the f16 copy is removed
 
 
@@ -764,7 +765,7 @@ def test_trimmed_head_with_q8_0_matrices(grafted, tiny_llama, tmp_path, capsys):
     assert "trimmed head, matrices as stored" in text and "trimmed head, q8_0 matrices" in text
     assert sorted(p.name for p in tmp_path.glob("cli-q8*")) == ["cli-q8.gguf"]     # the check's copy is gone
     assert main(["info", str(tiny_llama), "--mtp-head", str(out)]) == 0
-    assert "head matrices   q8_0 (pymtp trim --type)" in capsys.readouterr().out
+    assert "head matrices   q8_0 (written with --type q8_0)" in capsys.readouterr().out
 
 
 def test_pymtp_trim_counts_tokens_in_the_bases_own_answers(grafted, tiny_llama, tmp_path, capsys):

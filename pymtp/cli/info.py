@@ -114,7 +114,7 @@ def info_lines(info, will_run: bool, reason: str, head: dict | None = None) -> l
             note += f", {head['draft_vocab_coverage']:.1%} of the base's held-out generated tokens"
         rows.insert(-1, ("draft vocab", note))
     if head is not None and head.get("matrix_type"):
-        rows.insert(-1, ("head matrices", f"{head['matrix_type']} (pymtp trim --type)"))
+        rows.insert(-1, ("head matrices", f"{head['matrix_type']} (written with --type {head['matrix_type']})"))
     if head is not None and head.get("features"):
         rows.insert(-1, ("feature head", "fed the base's final hidden state fused with two of its layers' "
                                          "inputs (pymtp graft --features)"))

@@ -749,6 +749,8 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
         provenance["heads"] = n_heads
         if per_head:
             provenance["val_top1_agreement_per_head"] = ",".join(f"{a:.4f}" for a in per_head)
+    if (head_type or job.head_type) != "f16":
+        provenance["matrix_type"] = head_type or job.head_type
     tensors = {}
     for hd in heads:
         tensors.update(hd.gguf_tensors())
