@@ -100,8 +100,8 @@ def main() -> int:
         for k in fixed:
             make[f"k={k}@{hname}"] = lambda k=k, path=path: Model(args.model, n_draft=k, mtp_head=path, **kw)
     for spec in args.env:
-        ename, var, value = (spec.split("=", 2) + ["", ""])[:3]
-        if not ename or not var or spec.count("=") < 2 or "@" in ename or f"auto@{ename}" in make:
+        ename, var, value = (spec.split("=", 2) + [""])[:3] if spec.count("=") >= 2 else ("", "", "")
+        if not ename or not var or "@" in ename or f"auto@{ename}" in make:
             ap.error(f"--env: expected NAME=VAR=VALUE (NAME without '@', not a --head's), got {spec!r}")
         make[f"auto@{ename}"] = lambda var=var, value=value: started_with(
             var, value, lambda: Model(args.model, n_draft="auto", **kw))

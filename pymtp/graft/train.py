@@ -749,8 +749,9 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
         provenance["heads"] = n_heads
         if per_head:
             provenance["val_top1_agreement_per_head"] = ",".join(f"{a:.4f}" for a in per_head)
-    if (head_type or job.head_type) != "f16":
-        provenance["matrix_type"] = head_type or job.head_type
+    head_type = head_type or job.head_type
+    if head_type != "f16":
+        provenance["matrix_type"] = head_type
     tensors = {}
     for hd in heads:
         tensors.update(hd.gguf_tensors())
@@ -758,7 +759,7 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
     if n_heads > 1:
         name = f"{hp.name or job.base.stem} MTP heads x{n_heads} (pymtp graft)"
     write_head_gguf(out or job.out, hp.arch, hp.n_layer, hp.n_embd, tensors, name=name,
-                    head_type=head_type or job.head_type, provenance=provenance, n_heads=n_heads)
+                    head_type=head_type, provenance=provenance, n_heads=n_heads)
     return per_head
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from pymtp.errors import PymtpError
 
 from .acceptance import RECORDED_ACCEPTANCE
-from .writer import copy_gguf
+from .writer import HEAD_TYPES, copy_gguf, matrix_data
 
 HEAD_NAME = "blk.{}.nextn.shared_head_head.weight"
 DRAFT_HEAD_NAME = "blk.{}.nextn.shared_head_head.draft"   # a model's own MTP block (draft-vocabulary file)
@@ -100,34 +100,19 @@ def _draft_tensors(src, ids: np.ndarray, head_name: str, d2t_name: str) -> dict:
     return {head_name: (np.asarray(src.data)[ids], src.tensor_type), d2t_name: (ids.astype(np.int32), None)}
 
 
-MATRIX_TYPES = ("f16", "q8_0")
-
-
 def _retyped(reader, head_type: str | None, skip) -> dict:
-    """The head's own matrices (2-D f16 or q8_0 tensors, not the names in ``skip``) stored as ``head_type``,
-    for copy_gguf; {} for None (as stored). A parallel head's mask rows stay f32, and a row length that q8_0's
-    32-value blocks do not divide stays as stored."""
+    """The head's own matrices (2-D f16 or q8_0 tensors, not the names in ``skip``) stored as ``head_type``
+    (writer.matrix_data), for copy_gguf; {} for None (as stored). A parallel head's mask rows stay f32."""
     import gguf
-    from gguf.quants import dequantize, quantize
+    from gguf.quants import dequantize
 
     if head_type is None:
         return {}
-    if head_type not in MATRIX_TYPES:
-        raise PymtpError(f"matrix type must be one of {', '.join(MATRIX_TYPES)} (got {head_type})")
-    want = gguf.GGMLQuantizationType.Q8_0 if head_type == "q8_0" else gguf.GGMLQuantizationType.F16
-    out = {}
-    for t in reader.tensors:
-        kinds = (gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q8_0)
-        if t.name in skip or t.tensor_type not in kinds or t.tensor_type == want or len(t.shape) != 2:
-            continue
-        values = dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
-        if want == gguf.GGMLQuantizationType.Q8_0:
-            if values.shape[-1] % 32:
-                continue
-            out[t.name] = (quantize(values, want), want)
-        else:
-            out[t.name] = (values.astype(np.float16), want)
-    return out
+    if head_type not in HEAD_TYPES:
+        raise PymtpError(f"matrix type must be one of {', '.join(HEAD_TYPES)} (got {head_type})")
+    kinds = (gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q8_0)
+    return {t.name: matrix_data(dequantize(np.asarray(t.data), t.tensor_type), head_type) for t in reader.tensors
+            if t.name not in skip and t.tensor_type in kinds and len(t.shape) == 2}
 
 
 def trim_head(head, base, ids: np.ndarray, out, *, extra_provenance: dict | None = None,

@@ -40,18 +40,25 @@ def _kv_type(value):
     return gguf.GGUFValueType.STRING
 
 
-def _add_tensor(gw, name: str, array: np.ndarray, head_type: str) -> None:
+def matrix_data(array: np.ndarray, head_type: str):
+    """(data as stored, ggml type) of a head matrix stored as ``head_type``: q8_0 where its rows split into
+    q8_0's 32-value blocks, else f16."""
     import gguf
     from gguf.quants import quantize
 
     array = np.ascontiguousarray(array, dtype=np.float32)
+    if head_type == "q8_0" and array.shape[-1] % 32 == 0:
+        return quantize(array, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0
+    return array.astype(np.float16), gguf.GGMLQuantizationType.F16
+
+
+def _add_tensor(gw, name: str, array: np.ndarray, head_type: str) -> None:
+    array = np.ascontiguousarray(array, dtype=np.float32)
     if array.ndim < 2 or name.endswith(".mask"):   # a parallel head's mask rows stay f32
         gw.add_tensor(name, array)
-    elif head_type == "q8_0" and array.shape[-1] % 32 == 0:
-        q = quantize(array, gguf.GGMLQuantizationType.Q8_0)
-        gw.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
     else:
-        gw.add_tensor(name, array.astype(np.float16))
+        data, qtype = matrix_data(array, head_type)
+        gw.add_tensor(name, data, raw_dtype=qtype)
 
 
 def _atomic_target(out: Path) -> Path:
