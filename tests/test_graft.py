@@ -8,6 +8,7 @@ installs it) and the native library; without either the tests fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -184,13 +185,98 @@ def test_a_head_with_a_draft_vocabulary_trains_on_its_tokens(tiny_llama):
     h, o = (torch.randn(8, n_embd, generator=g) for _ in range(2))
     tgt = torch.zeros(8, dtype=torch.long)
     cpu, cfg = torch.device("cpu"), TrainConfig(device="cpu")
-    kl, _, agree = Distiller(base, head, cfg, cpu, None, vocab_ids=keep)._chunk_loss(o, h, tgt)
+    kl, _, agree, _ = Distiller(base, head, cfg, cpu, None, vocab_ids=keep)._chunk_loss(o, h, tgt)
     w = base.output[torch.as_tensor(keep)]
     t, s = torch.log_softmax(h @ w.T, -1), torch.log_softmax(o @ w.T, -1)
     torch.testing.assert_close(kl, (t.exp() * (t - s)).sum(-1), rtol=1e-5, atol=1e-6)
     assert torch.equal(agree, s.argmax(-1) == t.argmax(-1))
-    kl_full, _, _ = Distiller(base, head, cfg, cpu, None)._chunk_loss(o, h, tgt)
+    kl_full, _, _, _ = Distiller(base, head, cfg, cpu, None)._chunk_loss(o, h, tgt)
     assert not torch.allclose(kl_full, kl, rtol=1e-2)
+
+
+@pytest.mark.parametrize("parallel", [0, 3])
+def test_acceptance_step_weights(tiny_llama, parallel):
+    """--step-weights acceptance: a later draft step's loss at a position is weighted by the chance that
+    the earlier steps' drafts for the same anchor are all accepted, prod (1 - TV(base, head)); the total
+    is the weighted mean over every step's rows. Checked against the losses recomputed step by step:
+    a chained step s at p continues the anchor p - s (its earlier steps sit at p - s .. p - 1), a
+    parallel entry i at p is anchored at p itself."""
+    from pymtp.graft.gguf_weights import load_base
+    from pymtp.graft.torch_model import BaseModel, MTPHead
+    from pymtp.graft.train import Distiller, TrainConfig
+
+    bg = load_base(tiny_llama, with_sha=False)
+    base = BaseModel(bg)
+    head = MTPHead.from_base(bg, init="mix", seed=0)
+    if parallel:
+        head.make_parallel(parallel, seed=0)
+        with torch.no_grad():
+            head.mask.mul_(50.0)     # entries far from the real one: acceptance chances well below 1
+    n_vocab, n_embd = base.output.shape
+    g = torch.Generator().manual_seed(3)
+    B, T, steps = 2, 12, parallel or 3
+    x = torch.randint(0, n_vocab, (B, T), generator=g)
+    valid = torch.ones(B, T, dtype=torch.bool)
+    valid[1, 9:] = False
+    lmask = valid.clone()
+    lmask[:, :2] = False
+    h = torch.randn(B, T, n_embd, generator=g) * 3
+    cpu = torch.device("cpu")
+
+    def run(weights):
+        cfg = TrainConfig(device="cpu", seq_len=T, chain=1 if parallel else steps, step_weights=weights,
+                          chain_weight=1.0, features=False)
+        d = Distiller(base, head, cfg, cpu, contextlib.nullcontext)
+        with torch.no_grad():
+            return d, *d(x, valid, lmask, h)
+
+    d, loss, stats = run("acceptance")
+    _, loss_geo, stats_geo = run("geometric")
+    assert len(stats) == steps
+    assert [st["agree"] for st in stats] == [st["agree"] for st in stats_geo]
+
+    # each step's per-position KL and acceptance chance, recomputed, as [B, T] (0 where not computed)
+    cos, sin = d.cos, d.sin
+    emb = base.tok_embd[x]
+    h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+    kls, keeps, rows_of = [], [], []
+    with torch.no_grad():
+        if parallel:
+            outs = head.parallel_forward(emb, h_prev, cos[:T + parallel - 1], sin[:T + parallel - 1])
+        else:
+            outs, history, hp_ = [], [], h_prev
+            for s in range(steps):
+                out, kv = head(emb, hp_, cos[:T], sin[:T], history=history or None)
+                history.append(kv)
+                outs.append(out)
+                hp_ = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
+        pos = torch.arange(T)
+        for i, out in enumerate(outs):
+            if parallel:
+                ahead = torch.zeros_like(valid)
+                ahead[:, :T - i] = valid[:, i:]
+                rows, shift = lmask & ahead, i
+            else:
+                rows, shift = lmask & (pos[None, :] >= i), 0
+            b, p = rows.nonzero(as_tuple=True)
+            kl, _, _, keep = d._chunk_loss(out[b, p], h[b, p + shift], x[b, p])
+            o, t = (torch.softmax(base.logits(v), -1) for v in (out[b, p], h[b, p + shift]))
+            torch.testing.assert_close(keep, 1 - 0.5 * (o - t).abs().sum(-1), rtol=1e-4, atol=1e-5)
+            K, L = torch.zeros(B, T), torch.zeros(B, T)
+            K[b, p], L[b, p] = keep, kl
+            kls.append(L), keeps.append(K), rows_of.append(rows)
+    num = den = 0.0
+    for s in range(steps):
+        reach = torch.ones(B, T)
+        for j in range(s):      # the earlier steps of this step's anchor
+            reach = reach * (keeps[j] if parallel else torch.roll(keeps[j], s - j, dims=1))
+        w = reach * rows_of[s]
+        num = num + (w * kls[s]).sum() / rows_of[s].sum()
+        den = den + w.sum() / rows_of[s].sum()
+        if s:
+            assert 0.0 < float(w[rows_of[s]].mean()) < 0.99
+    torch.testing.assert_close(loss, num / den, rtol=1e-4, atol=1e-6)
+    assert not torch.allclose(loss, loss_geo, rtol=1e-3)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,9 @@
 # once the run has ended.
 # VARIANTS="seq: par4:--parallel 4" (name:extra args, ';'-separated) trains one head per variant on
 # the same data (the first run generates it, the others reuse the cache): NAME.gguf and NAME.json;
-# `wait` brings them all back (issue 18: a parallel head against the sequential one).
+# `wait` brings them all back (issue 18: a parallel head against the sequential one): the heads, and
+# the reports and logs as reports.tgz. CONCURRENT=1 runs the variants after the first one at once on
+# the GPU (each alone leaves it mostly idle: small kernels), each logging to NAME.log.
 set -uo pipefail
 W=/tmp/graft-recipe                  # everything the daemon uses lives here, outside the work tree
 mkdir -p $W
@@ -82,11 +84,21 @@ EOF
     else
         echo 'rc=0' >> $W/run.sh
         IFS=';' read -ra vs <<< "$VARIANTS"
+        first=1
         for v in "${vs[@]}"; do
             name="${v%%:*}"; extra="${v#*:}"
-            echo "python3 -m pymtp.cli.main graft $W/$BASE.gguf -o $W/$name.gguf --report $W/$name.json --quiet ${GRAFT_ARGS:-} $extra || rc=\$?" >> $W/run.sh
-            echo "echo \"variant $name: done, \$(( \$(date +%s) - t0 )) s\"" >> $W/run.sh
+            run="python3 -m pymtp.cli.main graft $W/$BASE.gguf -o $W/$name.gguf --report $W/$name.json --quiet ${GRAFT_ARGS:-} $extra"
+            done_line="echo \"variant $name: done, \$(( \$(date +%s) - t0 )) s\""
+            if [ -n "${CONCURRENT:-}" ] && [ $first = 0 ]; then
+                # after the first variant (which makes the data), the rest share the GPU at once
+                echo "( $run > $W/$name.log 2>&1 || echo \"variant $name: failed\"; $done_line ) &" >> $W/run.sh
+            else
+                echo "$run || rc=\$?" >> $W/run.sh
+                echo "$done_line" >> $W/run.sh
+            fi
+            first=0
         done
+        echo 'wait' >> $W/run.sh
     fi
     echo 'echo "graft: exit $rc, wall $(( $(date +%s) - t0 )) s"' >> $W/run.sh
     setsid nohup bash $W/run.sh > $W/log 2>&1 < /dev/null &
@@ -99,7 +111,9 @@ wait)
     tail -8 $W/log
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
     if grep -q '^graft: exit' $W/log; then
-        cp $W/log "$OUT/graft.log"; cp $W/*.json "$OUT/" 2>/dev/null; for f in $W/*.gguf; do [ "$f" = $W/$BASE.gguf ] || cp "$f" "$OUT/"; done
+        # the heads one by one (<= 16 MiB each), the reports and logs in one tar: <= 8 files come back
+        for f in $W/*.gguf; do [ "$f" = $W/$BASE.gguf ] || cp "$f" "$OUT/"; done
+        (cd $W && tar czf "$OUT/reports.tgz" log *.json $(ls *.log 2>/dev/null | grep -v '^log$'))
         ls -la "$OUT"
     else    # variants that have finished come back now (the machine may go back before the last one ends)
         cp $W/log "$OUT/graft.log"

@@ -96,6 +96,12 @@ def register(subparsers) -> None:
     g.add_argument("--chain", type=int, default=None, metavar="K",
                    help="draft steps trained for one head (--heads 1): 1 = teacher-forced only, "
                         "K > 1 also trains steps 2..K fed the head's own output (default: 2)")
+    g.add_argument("--step-weights", choices=("geometric", "acceptance"), default="geometric",
+                   help="how the loss of a later draft step (--chain, --heads, or a parallel head's "
+                        "mask entries) counts: geometric = half the step before's, everywhere; "
+                        "acceptance = at each position, the chance the earlier steps' drafts there "
+                        "are accepted, so later steps learn where their drafts can count "
+                        "(default: geometric)")
     g.add_argument("--init", choices=("mix", "h", "e"), default="mix",
                    help="eh_proj initialisation: mix = [I/2 | I/2], h = [0 | I], e = [I | 0] "
                         "(default: mix)")
@@ -232,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
                           (2 if args.heads == 1 and not args.parallel else 1), parallel=args.parallel,
                           init=args.init, ce_weight=args.ce_weight, cache_gb=args.cache_gb,
                           threads=args.threads, loss_positions=args.loss_positions, heads=args.heads,
-                          features=args.features),
+                          features=args.features, step_weights=args.step_weights),
         gen=GenConfig(samples=args.samples, gen_tokens=args.gen_tokens, seed=args.seed,
                       greedy_frac=args.greedy_frac, self_prompts=args.self_prompts),
         corpus=[Path(f) for f in args.corpus], head_type=args.head_type, resume=args.resume,

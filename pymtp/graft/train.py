@@ -54,6 +54,13 @@ from .torch_model import BaseModel, MTPHead, feature_layers, rope_tables
 from .writer import copy_gguf, write_head_gguf
 
 CKPT_VERSION = 1
+# How a later draft step's (or parallel entry's) loss is weighted against the first one's:
+#   geometric:  chain_weight^s, the same at every position;
+#   acceptance: at each position, the chance that the earlier steps' drafts there are all accepted,
+#               prod_{j<s} (1 - TV(base_j, head_j)) (detached; 1 - TV is a draft's acceptance chance at
+#               temperature 1). A step's capacity then goes where its draft can count: a draft after a
+#               rejected one is discarded whatever it is.
+STEP_WEIGHTS = ("geometric", "acceptance")
 BF16_TRUNK_PARAMS = 4e9          # larger bases run their (frozen) trunk in bf16 on CUDA
 
 
@@ -70,7 +77,8 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     chain: int = 2                    # draft steps trained (1 = teacher-forced only)
-    chain_weight: float = 0.5         # loss weight of draft step s+1 relative to step s
+    chain_weight: float = 0.5         # loss weight of draft step s+1 relative to step s (step_weights "geometric")
+    step_weights: str = "geometric"   # later draft steps' loss weights: see STEP_WEIGHTS
     ce_weight: float = 0.0            # + CE on the actual next token
     init: str = "mix"
     eval_every: int = -1              # -1: steps // 10
@@ -234,7 +242,8 @@ class Distiller:
         self.use_ckpt = device.type == "cuda"
 
     def _chunk_loss(self, o, h, tgt):
-        """Per-row KL(teacher || student), CE and top-1 agreement of one chunk of rows."""
+        """Per-row KL(teacher || student), CE, top-1 agreement and acceptance chance 1 - TV (detached)
+        of one chunk of rows."""
         with torch.no_grad(), torch.autocast(self.device.type, enabled=False):
             # the teacher in full precision (TF32 on CUDA), the student under autocast
             t_logp = torch.log_softmax(self.base.logits(h.to(self.base.output.dtype), self.rows).float(), dim=-1)
@@ -245,8 +254,11 @@ class Distiller:
             ce = F.nll_loss(s_logp, tgt.clamp(min=0), reduction="none") * (tgt >= 0)
         else:
             ce = torch.zeros_like(kl)
-        agree = s_logp.detach().argmax(-1) == t_arg
-        return kl, ce, agree
+        with torch.no_grad():
+            s_lp = s_logp.detach()
+            agree = s_lp.argmax(-1) == t_arg
+            keep = torch.minimum(t_logp, s_lp).exp().sum(-1)
+        return kl, ce, agree, keep
 
     def _loss_rows(self, o, h, tgt):
         parts = []
@@ -259,17 +271,24 @@ class Distiller:
                 parts.append(self._chunk_loss(*args))
         return tuple(torch.cat(p) for p in zip(*parts))
 
-    def _pass_loss(self, out, teacher, tgt, w):
+    def _pass_loss(self, out, teacher, tgt, w, reach=None):
         """One pass's rows (student outputs, teacher hidden states, next tokens; w: which rows are loss
-        positions): (its loss, its stats), or None when no row is a loss position."""
+        positions; reach: each row's loss weight, None = 1): (its loss, its stats, each row's acceptance
+        chance), or None when no row is a loss position. The loss is the weighted sum over the loss
+        positions / their count."""
         n = int(w.sum())
         if n == 0:
             return None
-        kl, ce, agree = self._loss_rows(out, teacher, tgt)
-        wf = w.float()
+        kl, ce, agree, keep = self._loss_rows(out, teacher, tgt)
+        wf = w.float() if reach is None else w.float() * reach
         loss = ((kl + self.cfg.ce_weight * ce) * wf).sum() / n
-        return loss, {"kl": float((kl.detach() * wf).sum()) / n, "agree": int((agree & w).sum()) / n,
-                      "agree_all": float(agree.float().mean()), "n": n, "n_all": int(w.numel())}
+        return loss, {"kl": float((kl.detach() * w).sum()) / n, "agree": int((agree & w).sum()) / n,
+                      "agree_all": float(agree.float().mean()), "n": n, "n_all": int(w.numel()),
+                      "weight": float(wf.sum()) / n}, keep
+
+    def _step_weight(self, s: int, got) -> float:
+        """Draft step s's weight in the total: chain_weight^s, or (acceptance) 1, its rows carrying their own."""
+        return 1.0 if self.cfg.step_weights == "acceptance" else self.cfg.chain_weight ** s
 
     def _inputs(self, h):
         """(the base's hidden states h, the first pass's h_{p-1} per position) from the trunk's rows."""
@@ -295,6 +314,7 @@ class Distiller:
             h, h_prev = self._inputs(h)
             history, total, wsum, stats = [], 0.0, 0.0, []
             n_pass = len(self.heads) if self.heads else cfg.chain
+            reach = torch.ones_like(x, dtype=torch.float32)   # step s at p: the drafts of steps < s accepted
             for s in range(n_pass):
                 if self.heads:
                     # head s over its own teacher-forced entries (x_p, g_{s-1}(p-1))
@@ -304,12 +324,17 @@ class Distiller:
                     history.append(kv)
                 ok = pos[None, :] >= s
                 rows = (valid if all_rows else lmask) & ok
-                got = self._pass_loss(out[rows], h[rows], tgt[rows], lmask[rows])
+                acc_w = reach[rows] if cfg.step_weights == "acceptance" else None
+                got = self._pass_loss(out[rows], h[rows], tgt[rows], lmask[rows], acc_w)
                 if got is None:
                     break
-                ws = cfg.chain_weight ** s
-                total, wsum = total + ws * got[0], wsum + ws
+                ws = self._step_weight(s, got)
+                total, wsum = total + ws * got[0], wsum + ws * got[1]["weight"]
                 stats.append(got[1])
+                # step s+1 at p continues the draft step s made at p - 1
+                kept = torch.zeros_like(reach)
+                kept[rows] = reach[rows] * got[2]
+                reach = torch.cat([torch.zeros_like(kept[:, :1]), kept[:, :-1]], dim=1)
                 h_prev = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
         return total / wsum, stats
 
@@ -325,18 +350,23 @@ class Distiller:
             h, h_prev = self._inputs(h)
             outs = self.head.parallel_forward(emb, h_prev, self.cos[:T + K - 1], self.sin[:T + K - 1])
             total, wsum, stats = 0.0, 0.0, []
+            reach = torch.ones_like(x, dtype=torch.float32)   # entry i of the pass at p: entries < i accepted
             for i, out in enumerate(outs):
                 # the pass at p reaches p + i: that position must exist (its h is the teacher)
                 ahead = torch.zeros_like(valid)
                 ahead[:, :T - i] = valid[:, i:]
                 rows = (valid if all_rows else lmask) & ahead
                 b, p = rows.nonzero(as_tuple=True)
-                got = self._pass_loss(out[b, p], h[b, p + i], tgt[b, p + i], lmask[rows])
+                acc_w = reach[b, p] if cfg.step_weights == "acceptance" else None
+                got = self._pass_loss(out[b, p], h[b, p + i], tgt[b, p + i], lmask[rows], acc_w)
                 if got is None:
                     break
-                ws = cfg.chain_weight ** i
-                total, wsum = total + ws * got[0], wsum + ws
+                ws = self._step_weight(i, got)
+                total, wsum = total + ws * got[0], wsum + ws * got[1]["weight"]
                 stats.append(got[1])
+                kept = torch.zeros_like(reach)
+                kept[b, p] = reach[b, p] * got[2]
+                reach = kept
         return total / wsum, stats
 
 
@@ -584,6 +614,8 @@ def _settings_key(job: GraftJob, base_g, n_heads: int) -> dict:
         key["heads"] = n_heads
     if cfg.parallel:
         key["parallel"] = cfg.parallel
+    if cfg.step_weights != "geometric":
+        key["step_weights"] = cfg.step_weights
     if cfg.features:
         key["features"] = True
     if job.draft_vocab:
@@ -743,6 +775,8 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
     per_head = [float(st["agree"]) for st in final_val["per_step"]] if final_val else []
     if cfg.parallel:
         provenance["parallel"] = int(cfg.parallel)
+    if cfg.step_weights != "geometric":
+        provenance["step_weights"] = cfg.step_weights
     if cfg.features:
         provenance["feature_layers"] = ",".join(str(il) for il in feature_layers(hp.n_layer))
     if n_heads > 1:
