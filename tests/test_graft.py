@@ -194,34 +194,31 @@ def test_a_head_with_a_draft_vocabulary_trains_on_its_tokens(tiny_llama):
     assert not torch.allclose(kl_full, kl, rtol=1e-2)
 
 
-@pytest.mark.parametrize("parallel", [0, 3])
-def test_acceptance_step_weights(tiny_llama, parallel):
+def check_acceptance_step_weights(base_path, head_path, steps: int):
     """--step-weights acceptance: a later draft step's loss at a position is weighted by the chance that
     the earlier steps' drafts for the same anchor are all accepted, prod (1 - TV(base, head)); the total
-    is the weighted mean over every step's rows. Checked against the losses recomputed step by step:
-    a chained step s at p continues the anchor p - s (its earlier steps sit at p - s .. p - 1), a
-    parallel entry i at p is anchored at p itself."""
+    is the weighted mean over every step's rows. Checked against the losses recomputed step by step on
+    the corpus with the trained head: a chained step s at p continues the anchor p - s (its earlier steps
+    sit at p - s .. p - 1), a parallel entry i at p is anchored at p itself. The same walk gives
+    validation's "in_a_row" (greedy drafts accepted in a row, teacher-forced)."""
     from pymtp.graft.gguf_weights import load_base
     from pymtp.graft.torch_model import BaseModel, MTPHead
     from pymtp.graft.train import Distiller, TrainConfig
 
-    bg = load_base(tiny_llama, with_sha=False)
+    bg = load_base(base_path, with_sha=False)
     base = BaseModel(bg)
-    head = MTPHead.from_base(bg, init="mix", seed=0)
-    if parallel:
-        head.make_parallel(parallel, seed=0)
-        with torch.no_grad():
-            head.mask.mul_(50.0)     # entries far from the real one: acceptance chances well below 1
-    n_vocab, n_embd = base.output.shape
-    g = torch.Generator().manual_seed(3)
-    B, T, steps = 2, 12, parallel or 3
-    x = torch.randint(0, n_vocab, (B, T), generator=g)
+    head = MTPHead.from_gguf(bg.hparams, head_path)
+    parallel = head.parallel
+    text = list(CORPUS.encode())
+    B, T = 2, 64
+    x = torch.tensor([text[:T], text[40:40 + T]])
     valid = torch.ones(B, T, dtype=torch.bool)
-    valid[1, 9:] = False
+    valid[1, 50:] = False
     lmask = valid.clone()
     lmask[:, :2] = False
-    h = torch.randn(B, T, n_embd, generator=g) * 3
     cpu = torch.device("cpu")
+    with torch.no_grad():
+        h = base(x, ())
 
     def run(weights):
         cfg = TrainConfig(device="cpu", seq_len=T, chain=1 if parallel else steps, step_weights=weights,
@@ -235,11 +232,11 @@ def test_acceptance_step_weights(tiny_llama, parallel):
     assert len(stats) == steps
     assert [st["agree"] for st in stats] == [st["agree"] for st in stats_geo]
 
-    # each step's per-position KL and acceptance chance, recomputed, as [B, T] (0 where not computed)
+    # each step's per-position KL, agreement and acceptance chance, recomputed, as [B, T] (0 elsewhere)
     cos, sin = d.cos, d.sin
     emb = base.tok_embd[x]
     h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
-    kls, keeps, rows_of = [], [], []
+    kls, keeps, agrees, rows_of = [], [], [], []
     with torch.no_grad():
         if parallel:
             outs = head.parallel_forward(emb, h_prev, cos[:T + parallel - 1], sin[:T + parallel - 1])
@@ -259,22 +256,28 @@ def test_acceptance_step_weights(tiny_llama, parallel):
             else:
                 rows, shift = lmask & (pos[None, :] >= i), 0
             b, p = rows.nonzero(as_tuple=True)
-            kl, _, _, keep = d._chunk_loss(out[b, p], h[b, p + shift], x[b, p])
+            kl, _, agree, keep = d._chunk_loss(out[b, p], h[b, p + shift], x[b, p])
             o, t = (torch.softmax(base.logits(v), -1) for v in (out[b, p], h[b, p + shift]))
             torch.testing.assert_close(keep, 1 - 0.5 * (o - t).abs().sum(-1), rtol=1e-4, atol=1e-5)
-            K, L = torch.zeros(B, T), torch.zeros(B, T)
-            K[b, p], L[b, p] = keep, kl
-            kls.append(L), keeps.append(K), rows_of.append(rows)
+            K, L, A = torch.zeros(B, T), torch.zeros(B, T), torch.zeros(B, T)
+            K[b, p], L[b, p], A[b, p] = keep, kl, agree.float()
+            kls.append(L), keeps.append(K), agrees.append(A), rows_of.append(rows)
     num = den = 0.0
     for s in range(steps):
-        reach = torch.ones(B, T)
+        reach, streak = torch.ones(B, T), agrees[s]
         for j in range(s):      # the earlier steps of this step's anchor
             reach = reach * (keeps[j] if parallel else torch.roll(keeps[j], s - j, dims=1))
+            streak = streak * (agrees[j] if parallel else torch.roll(agrees[j], s - j, dims=1))
+        in_a_row = float((streak * rows_of[s]).sum() / rows_of[s].sum())
+        assert stats[s]["in_a_row"] == pytest.approx(in_a_row)
         w = reach * rows_of[s]
         num = num + (w * kls[s]).sum() / rows_of[s].sum()
         den = den + w.sum() / rows_of[s].sum()
         if s:
             assert 0.0 < float(w[rows_of[s]].mean()) < 0.99
+            assert in_a_row <= stats[s]["agree"]
+            if not parallel:    # (the tiny parallel head's later entries agree with nothing yet)
+                assert 0.0 < in_a_row < stats[s]["agree"], (s, in_a_row, stats[s]["agree"])
     torch.testing.assert_close(loss, num / den, rtol=1e-4, atol=1e-6)
     assert not torch.allclose(loss, loss_geo, rtol=1e-3)
 
@@ -290,6 +293,10 @@ def grafted(tiny_llama, tmp_path_factory):
     assert rc == 0
     (out / "head-default.gguf").write_bytes(head.read_bytes())   # test_resume rewrites head.gguf
     return head, json.loads(report.read_text()), out
+
+
+def test_acceptance_step_weights(grafted, tiny_llama):
+    check_acceptance_step_weights(tiny_llama, grafted[0], steps=3)
 
 
 def test_graft_loss_decreases_and_agreement_improves(grafted):

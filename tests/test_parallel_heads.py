@@ -15,7 +15,15 @@ import torch
 
 import pymtp
 from pymtp.cli.main import main
-from test_graft import CHECK_SEQ, N_LAYER, D, expected_head_names, graft_tiny, joint_first_tokens
+from test_graft import (
+    CHECK_SEQ,
+    N_LAYER,
+    D,
+    check_acceptance_step_weights,
+    expected_head_names,
+    graft_tiny,
+    joint_first_tokens,
+)
 
 K = 3
 
@@ -47,6 +55,12 @@ def test_parallel_head_file_and_training(parallel_head):
     for i in range(K):
         assert last[i]["kl"] < first[i]["kl"], (i, first[i], last[i])
     assert report["acceptance"]["k"] == K
+
+
+def test_acceptance_step_weights_of_a_parallel_pass(parallel_head):
+    """--step-weights acceptance over a parallel pass: entry i is weighted by entries 0..i-1 of its own pass."""
+    base, head, _ = parallel_head
+    check_acceptance_step_weights(base, head, steps=K)
 
 
 def assert_engine_draft_is_torchs_pass(base_path, head_path, k: int):

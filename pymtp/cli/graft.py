@@ -261,7 +261,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             line += f": val top-1 agreement {val['agree']:.3f}"
             if len(val["per_step"]) > 1:
-                line += " (draft positions: " + ", ".join(f"{s['agree']:.3f}" for s in val["per_step"]) + ")"
+                line += (" (draft positions: " + ", ".join(f"{s['agree']:.3f}" for s in val["per_step"])
+                         + f"; drafts accepted a step, teacher-forced: {val['est_accepted_per_step']:.2f})")
     print(line)
     acc = report.get("acceptance")
     if acc:

@@ -271,20 +271,24 @@ class Distiller:
                 parts.append(self._chunk_loss(*args))
         return tuple(torch.cat(p) for p in zip(*parts))
 
-    def _pass_loss(self, out, teacher, tgt, w, reach=None):
+    def _pass_loss(self, out, teacher, tgt, w, reach=None, streak=None):
         """One pass's rows (student outputs, teacher hidden states, next tokens; w: which rows are loss
-        positions; reach: each row's loss weight, None = 1): (its loss, its stats, each row's acceptance
-        chance), or None when no row is a loss position. The loss is the weighted sum over the loss
-        positions / their count."""
+        positions; reach: each row's loss weight, None = 1; streak: whether the earlier steps of each
+        row's anchor all agreed with the base, None = no earlier step): (its loss, its stats, each row's
+        acceptance chance, each row's agreement), or None when no row is a loss position. The loss is the
+        weighted sum over the loss positions / their count; stats["in_a_row"]: the share of loss positions
+        where this step and every earlier one of its anchor agree (what greedy drafting accepts)."""
         n = int(w.sum())
         if n == 0:
             return None
         kl, ce, agree, keep = self._loss_rows(out, teacher, tgt)
         wf = w.float() if reach is None else w.float() * reach
         loss = ((kl + self.cfg.ce_weight * ce) * wf).sum() / n
+        run = agree if streak is None else agree & streak
         return loss, {"kl": float((kl.detach() * w).sum()) / n, "agree": int((agree & w).sum()) / n,
+                      "in_a_row": int((run & w).sum()) / n,
                       "agree_all": float(agree.float().mean()), "n": n, "n_all": int(w.numel()),
-                      "weight": float(wf.sum()) / n}, keep
+                      "weight": float(wf.sum()) / n}, keep, run
 
     def _step_weight(self, s: int, got) -> float:
         """Draft step s's weight in the total: chain_weight^s, or (acceptance) 1, its rows carrying their own."""
@@ -315,6 +319,7 @@ class Distiller:
             history, total, wsum, stats = [], 0.0, 0.0, []
             n_pass = len(self.heads) if self.heads else cfg.chain
             reach = torch.ones_like(x, dtype=torch.float32)   # step s at p: the drafts of steps < s accepted
+            streak = torch.ones_like(x, dtype=torch.bool)      # ... and all agreed with the base
             for s in range(n_pass):
                 if self.heads:
                     # head s over its own teacher-forced entries (x_p, g_{s-1}(p-1))
@@ -325,16 +330,17 @@ class Distiller:
                 ok = pos[None, :] >= s
                 rows = (valid if all_rows else lmask) & ok
                 acc_w = reach[rows] if cfg.step_weights == "acceptance" else None
-                got = self._pass_loss(out[rows], h[rows], tgt[rows], lmask[rows], acc_w)
+                got = self._pass_loss(out[rows], h[rows], tgt[rows], lmask[rows], acc_w, streak[rows])
                 if got is None:
                     break
                 ws = self._step_weight(s, got)
                 total, wsum = total + ws * got[0], wsum + ws * got[1]["weight"]
                 stats.append(got[1])
                 # step s+1 at p continues the draft step s made at p - 1
-                kept = torch.zeros_like(reach)
-                kept[rows] = reach[rows] * got[2]
+                kept, ran = torch.zeros_like(reach), torch.zeros_like(streak)
+                kept[rows], ran[rows] = reach[rows] * got[2], got[3]
                 reach = torch.cat([torch.zeros_like(kept[:, :1]), kept[:, :-1]], dim=1)
+                streak = torch.cat([torch.zeros_like(ran[:, :1]), ran[:, :-1]], dim=1)
                 h_prev = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
         return total / wsum, stats
 
@@ -351,6 +357,7 @@ class Distiller:
             outs = self.head.parallel_forward(emb, h_prev, self.cos[:T + K - 1], self.sin[:T + K - 1])
             total, wsum, stats = 0.0, 0.0, []
             reach = torch.ones_like(x, dtype=torch.float32)   # entry i of the pass at p: entries < i accepted
+            streak = torch.ones_like(x, dtype=torch.bool)      # ... and all agreed with the base
             for i, out in enumerate(outs):
                 # the pass at p reaches p + i: that position must exist (its h is the teacher)
                 ahead = torch.zeros_like(valid)
@@ -358,15 +365,15 @@ class Distiller:
                 rows = (valid if all_rows else lmask) & ahead
                 b, p = rows.nonzero(as_tuple=True)
                 acc_w = reach[b, p] if cfg.step_weights == "acceptance" else None
-                got = self._pass_loss(out[b, p], h[b, p + i], tgt[b, p + i], lmask[rows], acc_w)
+                got = self._pass_loss(out[b, p], h[b, p + i], tgt[b, p + i], lmask[rows], acc_w, streak[b, p])
                 if got is None:
                     break
                 ws = self._step_weight(i, got)
                 total, wsum = total + ws * got[0], wsum + ws * got[1]["weight"]
                 stats.append(got[1])
-                kept = torch.zeros_like(reach)
-                kept[b, p] = reach[b, p] * got[2]
-                reach = kept
+                kept, ran = torch.zeros_like(reach), torch.zeros_like(streak)
+                kept[b, p], ran[b, p] = reach[b, p] * got[2], got[3]
+                reach, streak = kept, ran
         return total / wsum, stats
 
 
@@ -389,21 +396,22 @@ def evaluate(dist: Distiller, hid: Hiddens, idx: np.ndarray, batch: int) -> dict
             x, valid, lmask, h = hid.batch(idx[i:i + batch])
             _, stats = dist(x, valid, lmask, h, all_rows=True)
             if acc is None:
-                acc = [{"kl": 0.0, "agree": 0.0, "agree_all": 0.0, "n": 0, "n_all": 0} for _ in stats]
+                acc = [{"kl": 0.0, "agree": 0.0, "in_a_row": 0.0, "agree_all": 0.0, "n": 0, "n_all": 0}
+                       for _ in stats]
             for a, st in zip(acc, stats):
                 a["kl"] += st["kl"] * st["n"]
                 a["agree"] += st["agree"] * st["n"]
+                a["in_a_row"] += st["in_a_row"] * st["n"]
                 a["agree_all"] += st["agree_all"] * st["n_all"]
                 a["n"] += st["n"]
                 a["n_all"] += st["n_all"]
     dist.head.train()
     per_step = [{"kl": a["kl"] / max(a["n"], 1), "agree": a["agree"] / max(a["n"], 1),
+                 "in_a_row": a["in_a_row"] / max(a["n"], 1),
                  "agree_all": a["agree_all"] / max(a["n_all"], 1), "n": a["n"]} for a in (acc or [])]
-    # rough expected accepted drafts per step for greedy drafting of len(per_step) tokens
-    est, run = 0.0, 1.0
-    for st in per_step:
-        run *= st["agree"]
-        est += run
+    # expected accepted drafts per step for greedy drafting of len(per_step) tokens (teacher-forced: the
+    # share of positions where the first s steps all agree with the base, summed over s)
+    est = sum(st["in_a_row"] for st in per_step)
     first = per_step[0] if per_step else {"agree": 0.0, "kl": 0.0, "agree_all": 0.0}
     return {"per_step": per_step, "agree": first["agree"], "kl": first["kl"],
             "agree_all": first["agree_all"], "est_accepted_per_step": est}
@@ -749,7 +757,9 @@ def _val_message(v: dict, step: int, n_heads: int) -> str:
     if n_heads > 1:
         msg += _heads_note(v, n_heads)
     elif len(v["per_step"]) > 1:
-        msg += " (draft positions 2..: " + ", ".join(f"{s['agree']:.3f}" for s in v["per_step"][1:]) + ")"
+        msg += (" (draft positions 2..: " + ", ".join(f"{s['agree']:.3f}" for s in v["per_step"][1:])
+                + "; all agreeing up to them: " + ", ".join(f"{s['in_a_row']:.3f}" for s in v["per_step"][1:])
+                + ")")
     return msg
 
 
