@@ -230,6 +230,8 @@ class Distiller:
         if it has one; teacher and student are then scored on those tokens only (the teacher's
         distribution renormalised there, the best a head limited to them can match), which also
         makes each step's LM-head work N/n_vocab of the whole."""
+        if cfg.step_weights not in STEP_WEIGHTS:
+            raise ValueError(f"unknown step weights {cfg.step_weights!r}; expected one of {STEP_WEIGHTS}")
         self.base, self.head, self.cfg, self.device, self.autocast = base, head, cfg, device, autocast
         self.rows = base.output_rows(vocab_ids) if vocab_ids is not None else None
         self.heads = list(head) if isinstance(head, torch.nn.ModuleList) else None
@@ -290,7 +292,7 @@ class Distiller:
                       "agree_all": float(agree.float().mean()), "n": n, "n_all": int(w.numel()),
                       "weight": float(wf.sum()) / n}, keep, run
 
-    def _step_weight(self, s: int, got) -> float:
+    def _step_weight(self, s: int) -> float:
         """Draft step s's weight in the total: chain_weight^s, or (acceptance) 1, its rows carrying their own."""
         return 1.0 if self.cfg.step_weights == "acceptance" else self.cfg.chain_weight ** s
 
@@ -333,7 +335,7 @@ class Distiller:
                 got = self._pass_loss(out[rows], h[rows], tgt[rows], lmask[rows], acc_w, streak[rows])
                 if got is None:
                     break
-                ws = self._step_weight(s, got)
+                ws = self._step_weight(s)
                 total, wsum = total + ws * got[0], wsum + ws * got[1]["weight"]
                 stats.append(got[1])
                 # step s+1 at p continues the draft step s made at p - 1
@@ -368,7 +370,7 @@ class Distiller:
                 got = self._pass_loss(out[b, p], h[b, p + i], tgt[b, p + i], lmask[rows], acc_w, streak[b, p])
                 if got is None:
                     break
-                ws = self._step_weight(i, got)
+                ws = self._step_weight(i)
                 total, wsum = total + ws * got[0], wsum + ws * got[1]["weight"]
                 stats.append(got[1])
                 kept, ran = torch.zeros_like(reach), torch.zeros_like(streak)
