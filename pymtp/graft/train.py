@@ -244,8 +244,8 @@ class Distiller:
         self.use_ckpt = device.type == "cuda"
 
     def _chunk_loss(self, o, h, tgt):
-        """Per-row KL(teacher || student), CE, top-1 agreement and acceptance chance 1 - TV (detached)
-        of one chunk of rows."""
+        """Per-row KL(teacher || student), CE, top-1 agreement and acceptance chance 1 - TV (detached;
+        computed for the acceptance step weights only, else 1) of one chunk of rows."""
         with torch.no_grad(), torch.autocast(self.device.type, enabled=False):
             # the teacher in full precision (TF32 on CUDA), the student under autocast
             t_logp = torch.log_softmax(self.base.logits(h.to(self.base.output.dtype), self.rows).float(), dim=-1)
@@ -259,7 +259,11 @@ class Distiller:
         with torch.no_grad():
             s_lp = s_logp.detach()
             agree = s_lp.argmax(-1) == t_arg
-            keep = torch.minimum(t_logp, s_lp).exp().sum(-1)
+            # (a full-vocabulary pass over the rows: only where the acceptance weights use it, else 1)
+            if self.cfg.step_weights == "acceptance":
+                keep = torch.minimum(t_logp, s_lp).exp().sum(-1)
+            else:
+                keep = torch.ones_like(kl)
         return kl, ce, agree, keep
 
     def _loss_rows(self, o, h, tgt):
@@ -291,6 +295,14 @@ class Distiller:
                       "in_a_row": int((run & w).sum()) / n,
                       "agree_all": float(agree.float().mean()), "n": n, "n_all": int(w.numel()),
                       "weight": float(wf.sum()) / n}, keep, run
+
+    @staticmethod
+    def _carried(reach, streak, sel, got):
+        """(reach, streak) after a step whose rows are ``sel`` (an index into [B, T]): its rows' reach times
+        their acceptance chance, and their streak with their own agreement; 0 / False elsewhere."""
+        kept, ran = torch.zeros_like(reach), torch.zeros_like(streak)
+        kept[sel], ran[sel] = reach[sel] * got[2], got[3]
+        return kept, ran
 
     def _step_weight(self, s: int) -> float:
         """Draft step s's weight in the total: chain_weight^s, or (acceptance) 1, its rows carrying their own."""
@@ -339,8 +351,7 @@ class Distiller:
                 total, wsum = total + ws * got[0], wsum + ws * got[1]["weight"]
                 stats.append(got[1])
                 # step s+1 at p continues the draft step s made at p - 1
-                kept, ran = torch.zeros_like(reach), torch.zeros_like(streak)
-                kept[rows], ran[rows] = reach[rows] * got[2], got[3]
+                kept, ran = self._carried(reach, streak, rows, got)
                 reach = torch.cat([torch.zeros_like(kept[:, :1]), kept[:, :-1]], dim=1)
                 streak = torch.cat([torch.zeros_like(ran[:, :1]), ran[:, :-1]], dim=1)
                 h_prev = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
@@ -373,9 +384,7 @@ class Distiller:
                 ws = self._step_weight(i)
                 total, wsum = total + ws * got[0], wsum + ws * got[1]["weight"]
                 stats.append(got[1])
-                kept, ran = torch.zeros_like(reach), torch.zeros_like(streak)
-                kept[b, p], ran[b, p] = reach[b, p] * got[2], got[3]
-                reach, streak = kept, ran
+                reach, streak = self._carried(reach, streak, (b, p), got)
         return total / wsum, stats
 
 
