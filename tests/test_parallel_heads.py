@@ -17,12 +17,14 @@ import pymtp
 from pymtp.cli.main import main
 from test_graft import (
     CHECK_SEQ,
+    GRAFT_ARGS,
     N_LAYER,
     D,
     check_acceptance_step_weights,
     expected_head_names,
     graft_tiny,
     joint_first_tokens,
+    write_tiny,
 )
 
 K = 3
@@ -206,3 +208,53 @@ def test_parallel_bad_arguments(parallel_head, tmp_path, capsys, extra, message)
     rc = main(["graft", str(parallel_head[0]), "-o", str(tmp_path / "h.gguf"), *extra])
     assert rc != 0
     assert message in capsys.readouterr().err
+
+
+def test_a_parallel_head_from_a_trained_sequential_one(tmp_path):
+    """--init-head: a parallel head started from a trained sequential head keeps that head's block (at a
+    vanishing learning rate the written block is the original's) with new mask rows, drafts losslessly,
+    and says where it started; what cannot be continued is refused with one clear line."""
+    base, seq, _ = graft_tiny(tmp_path, "seq")
+    args = [a if a != "3e-3" else "1e-12" for a in GRAFT_ARGS]
+    par = tmp_path / "par.gguf"
+    assert main(["graft", str(base), "-o", str(par), "--parallel", str(K), "--init-head", str(seq),
+                 "--data-cache", str(tmp_path / "cache"), "--corpus", str(tmp_path / "corpus.txt"), *args]) == 0
+    r_seq, r_par = gguf.GGUFReader(str(seq)), gguf.GGUFReader(str(par))
+    seq_t = {t.name: np.array(t.data) for t in r_seq.tensors}
+    par_t = {t.name: np.array(t.data) for t in r_par.tensors}
+    mask = f"blk.{N_LAYER}.nextn.hnorm.mask"
+    assert set(par_t) == set(seq_t) | {mask}
+    for name, w in seq_t.items():
+        assert np.allclose(par_t[name].astype(np.float32), w.astype(np.float32), atol=2e-3), name
+    assert r_par.get_field("pymtp.graft.parallel").contents() == K
+    assert r_par.get_field("pymtp.graft.init_head").contents() == "seq.gguf"
+    # the pass's first entry is the sequential head's own draft: the same first draft token
+    m_seq = open_model(base, seq, n_draft=1)
+    m_par = open_model(base, par, n_draft=K)
+    from test_multihead import fresh_peek
+
+    assert fresh_peek(m_seq, CHECK_SEQ, 1)[0][0] == fresh_peek(m_par, CHECK_SEQ, K)[0][0]
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--parallel", "2"], "a parallel head of K = 3: pass --parallel 3 (got 2)"),
+    ([], "a parallel head of K = 3: pass --parallel 3"),
+    (["--heads", "2"], "--init-head continues one head: it takes no --heads N"),
+    (["--resume"], "--init-head starts a run, --resume continues one"),
+])
+def test_init_head_refuses_what_it_cannot_continue(parallel_head, tmp_path, capsys, extra, message):
+    base, head, _ = parallel_head
+    rc = main(["graft", str(base), "-o", str(tmp_path / "h.gguf"), "--init-head", str(head), *extra,
+               "--corpus", str(head.parent / "corpus.txt"), "--data-cache", str(head.parent / "cache"), *GRAFT_ARGS])
+    assert rc != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "h.gguf").exists()
+
+
+def test_init_head_of_another_base_is_refused(parallel_head, tmp_path, capsys):
+    _, head, _ = parallel_head
+    other = write_tiny(tmp_path / "other.gguf", "llama", seed=7)
+    rc = main(["graft", str(other), "-o", str(tmp_path / "h.gguf"), "--init-head", str(head), "--parallel",
+               str(K), "--corpus", str(head.parent / "corpus.txt"), *GRAFT_ARGS])
+    assert rc != 0
+    assert "trained for another base" in capsys.readouterr().err

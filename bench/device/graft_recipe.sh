@@ -30,6 +30,8 @@
 # `wait` brings them all back (issue 18: a parallel head against the sequential one): the heads, and
 # the reports and logs as reports.tgz. Variants run one after another: four SmolLM2 trainings at once on
 # one H200 made ~half the steps a second of one alone (2026-11-29).
+# A variant may start from a trained head: carry it in .dev/graft/init/ with the last part, and pass
+# --init-head /tmp/graft-recipe/init/NAME.gguf in its arguments.
 set -uo pipefail
 W=/tmp/graft-recipe                  # everything the daemon uses lives here, outside the work tree
 mkdir -p $W
@@ -70,6 +72,8 @@ start)
         mv $W/$BASE.gguf.part $W/$BASE.gguf
     fi
     rm -rf $W/src && mkdir -p $W/src && cp -r pymtp $W/src/
+    # heads a variant starts from (--init-head /tmp/graft-recipe/init/NAME.gguf), carried as .dev/graft/init
+    rm -rf $W/init && { [ ! -d .dev/graft/init ] || cp -r .dev/graft/init $W/init; }
     git rev-parse --short HEAD > $W/commit 2>/dev/null || true
     cat > $W/run.sh <<EOF
 cd $W

@@ -57,6 +57,8 @@ examples:
   pymtp graft base.gguf -o head.gguf --resume           # continue an interrupted run
   pymtp graft base.gguf -o base.mtp3.gguf --heads 3     # 3 chained heads (one per draft step)
   pymtp graft base.gguf -o base.par4.gguf --parallel 4  # 4 drafts in one MTP decode
+  pymtp graft base.gguf -o par4.gguf --parallel 4 --init-head head.gguf --steps 1500
+                                                        # a parallel head from a trained one
   pymtp generate base.gguf --mtp-head head.gguf -p "Hello"   # use the head"""
 
 TORCH_MISSING = "pymtp graft needs PyTorch: pip install 'pymtp[graft]'"
@@ -105,6 +107,10 @@ def register(subparsers) -> None:
     g.add_argument("--init", choices=("mix", "h", "e"), default="mix",
                    help="eh_proj initialisation: mix = [I/2 | I/2], h = [0 | I], e = [I | 0] "
                         "(default: mix)")
+    g.add_argument("--init-head", type=Path, default=None, metavar="HEAD.gguf",
+                   help="start from a head pymtp graft wrote for this base instead of from the base's last "
+                        "layer: train it on (more steps, other data), or make it a parallel head (--parallel "
+                        "K adds the mask rows) or a feature head; its settings must allow it (default: none)")
     g.add_argument("--loss-positions", choices=("generated", "all"), default="generated",
                    help="positions trained and validated: generated = where drafts are made (the "
                         "generated part of each sequence; all of a --corpus text), all = prompts too "
@@ -183,6 +189,10 @@ def validate(args) -> None:
     check(args.cache_gb >= 0, f"--cache-gb must be >= 0 (got {args.cache_gb})")
     check(args.check_prompts >= 0, f"--check-prompts must be >= 0 (got {args.check_prompts})")
     check(args.draft_vocab >= 0, f"--draft-vocab must be >= 0 (got {args.draft_vocab})")
+    check(args.init_head is None or args.init_head.is_file(), f"--init-head: no such file: {args.init_head}")
+    check(args.init_head is None or args.heads == 1, "--init-head continues one head: it takes no --heads N")
+    check(args.init_head is None or not args.resume,
+          "--init-head starts a run, --resume continues one: pass one of them")
     for f in args.corpus:
         check(Path(f).is_file(), f"--corpus: no such file: {f}")
 
@@ -238,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
                           (2 if args.heads == 1 and not args.parallel else 1), parallel=args.parallel,
                           init=args.init, ce_weight=args.ce_weight, cache_gb=args.cache_gb,
                           threads=args.threads, loss_positions=args.loss_positions, heads=args.heads,
-                          features=args.features, step_weights=args.step_weights),
+                          features=args.features, step_weights=args.step_weights,
+                          init_head=str(args.init_head or "")),
         gen=GenConfig(samples=args.samples, gen_tokens=args.gen_tokens, seed=args.seed,
                       greedy_frac=args.greedy_frac, self_prompts=args.self_prompts),
         corpus=[Path(f) for f in args.corpus], head_type=args.head_type, resume=args.resume,

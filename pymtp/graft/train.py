@@ -91,6 +91,7 @@ class TrainConfig:
     heads: int = 1                    # chained MTP heads trained and written (1: one head, --chain)
     parallel: int = 0                 # K >= 2: a parallel head, K drafts in one pass (0: sequential)
     features: bool = True             # fuse h with trunk features (EAGLE-3-style; torch_model.feature_layers)
+    init_head: str = ""               # start from this head GGUF's weights (""; the base's last layer)
 
 
 @dataclass
@@ -554,6 +555,37 @@ def _autocast_for(device: torch.device):
     return autocast
 
 
+def head_from_file(path: Path, base_g, cfg: TrainConfig) -> MTPHead:
+    """The head a warm-started run trains on from (--init-head): head 0 of a head GGUF that pymtp graft
+    wrote for this very base, untrimmed. Its mask rows and feature matrix are kept; a sequential head
+    becomes a parallel one (new mask rows) or a feature head (feat = [I | noise], so it starts drafting as
+    it did). What cannot be continued is refused: another base, another K, dropping its features."""
+    from .gguf_weights import open_reader
+    from .writer import PROVENANCE_PREFIX
+
+    reader = open_reader(path)
+    field = reader.get_field(PROVENANCE_PREFIX + "base_sha256")
+    sha = None if field is None else field.contents()
+    if sha != base_g.sha256:
+        raise PymtpError(f"--init-head {path}: " + ("not a head pymtp graft wrote" if sha is None else
+                         f"trained for another base (sha256 {sha[:12]}..., this base {base_g.sha256[:12]}...)"))
+    if reader.get_field(PROVENANCE_PREFIX + "draft_vocab") is not None:
+        raise PymtpError(f"--init-head {path}: a head with a draft vocabulary (pymtp trim); start from the "
+                         "untrimmed head and pass --draft-vocab again")
+    if cfg.heads > 1:
+        raise PymtpError("--init-head continues one head: it takes no --heads N")
+    try:
+        head = MTPHead.from_gguf(base_g.hparams, path)
+    except ValueError as e:
+        raise PymtpError(f"--init-head {path}: {e}") from e
+    if head.parallel and head.parallel != cfg.parallel:
+        raise PymtpError(f"--init-head {path}: a parallel head of K = {head.parallel}: pass --parallel "
+                         f"{head.parallel}" + (f" (got {cfg.parallel})" if cfg.parallel else ""))
+    if head.features and not cfg.features:
+        raise PymtpError(f"--init-head {path}: the head is fed trunk features: drop --no-features")
+    return head
+
+
 def _build_models(job: GraftJob, device: torch.device, log):
     """(base GGUF weights, the frozen torch trunk, one initial MTPHead per head to train)."""
     cfg = job.train
@@ -568,14 +600,18 @@ def _build_models(job: GraftJob, device: torch.device, log):
     n_heads = int(cfg.heads)
     if n_heads < 1:
         raise PymtpError(f"heads must be >= 1 (got {n_heads})")
-    # head 0 exactly as a single-head run; head j >= 1: the same recipe, noise seeded seed + j
-    head_inits = [MTPHead.from_base(base_g, init=cfg.init, seed=cfg.seed + j, index=j) for j in range(n_heads)]
-    if cfg.parallel:
-        if n_heads > 1 or cfg.chain > 1:
-            raise PymtpError("a parallel head (--parallel K) is one head trained teacher-forced: "
-                             "it takes neither --heads N nor --chain")
+    if cfg.parallel and (n_heads > 1 or cfg.chain > 1):
+        raise PymtpError("a parallel head (--parallel K) is one head trained teacher-forced: "
+                         "it takes neither --heads N nor --chain")
+    if cfg.init_head:
+        head_inits = [head_from_file(Path(cfg.init_head), base_g, cfg)]
+        log(f"starting from {cfg.init_head}")
+    else:
+        # head 0 exactly as a single-head run; head j >= 1: the same recipe, noise seeded seed + j
+        head_inits = [MTPHead.from_base(base_g, init=cfg.init, seed=cfg.seed + j, index=j) for j in range(n_heads)]
+    if cfg.parallel and not head_inits[0].parallel:
         head_inits[0].make_parallel(cfg.parallel, seed=cfg.seed)
-    if cfg.features:
+    if cfg.features and not head_inits[0].features:
         # the first head is fed the trunk's rows; chained heads j >= 1 take head j-1's output as before
         head_inits[0].make_features(seed=cfg.seed)
     base_g.tensors = {}  # the BaseModel and the head hold what is needed
@@ -635,6 +671,8 @@ def _settings_key(job: GraftJob, base_g, n_heads: int) -> dict:
         key["parallel"] = cfg.parallel
     if cfg.step_weights != "geometric":
         key["step_weights"] = cfg.step_weights
+    if cfg.init_head:
+        key["init_head"] = str(Path(cfg.init_head).resolve())
     if cfg.features:
         key["features"] = True
     if job.draft_vocab:
@@ -798,6 +836,8 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
         provenance["parallel"] = int(cfg.parallel)
     if cfg.step_weights != "geometric":
         provenance["step_weights"] = cfg.step_weights
+    if cfg.init_head:
+        provenance["init_head"] = Path(cfg.init_head).name
     if cfg.features:
         provenance["feature_layers"] = ",".join(str(il) for il in feature_layers(hp.n_layer))
     if n_heads > 1:
