@@ -240,7 +240,6 @@ def test_a_parallel_head_from_a_trained_sequential_one(tmp_path):
     (["--parallel", "2"], "a parallel head of K = 3: pass --parallel 3 (got 2)"),
     ([], "a parallel head of K = 3: pass --parallel 3"),
     (["--heads", "2"], "--init-head continues one head: it takes no --heads N"),
-    (["--resume"], "--init-head starts a run, --resume continues one"),
 ])
 def test_init_head_refuses_what_it_cannot_continue(parallel_head, tmp_path, capsys, extra, message):
     base, head, _ = parallel_head

@@ -110,7 +110,8 @@ def register(subparsers) -> None:
     g.add_argument("--init-head", type=Path, default=None, metavar="HEAD.gguf",
                    help="start from a head pymtp graft wrote for this base instead of from the base's last "
                         "layer: train it on (more steps, other data), or make it a parallel head (--parallel "
-                        "K adds the mask rows) or a feature head; its settings must allow it (default: none)")
+                        "K adds the mask rows) or a feature head; its settings must allow it; with "
+                        "--resume, a checkpoint of the same run wins (default: none)")
     g.add_argument("--loss-positions", choices=("generated", "all"), default="generated",
                    help="positions trained and validated: generated = where drafts are made (the "
                         "generated part of each sequence; all of a --corpus text), all = prompts too "
@@ -191,8 +192,6 @@ def validate(args) -> None:
     check(args.draft_vocab >= 0, f"--draft-vocab must be >= 0 (got {args.draft_vocab})")
     check(args.init_head is None or args.init_head.is_file(), f"--init-head: no such file: {args.init_head}")
     check(args.init_head is None or args.heads == 1, "--init-head continues one head: it takes no --heads N")
-    check(args.init_head is None or not args.resume,
-          "--init-head starts a run, --resume continues one: pass one of them")
     for f in args.corpus:
         check(Path(f).is_file(), f"--corpus: no such file: {f}")
 
