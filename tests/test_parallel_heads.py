@@ -17,6 +17,7 @@ import pymtp
 from pymtp.cli.main import main
 from test_graft import (
     CHECK_SEQ,
+    CORPUS,
     GRAFT_ARGS,
     N_LAYER,
     D,
@@ -234,6 +235,22 @@ def test_a_parallel_head_from_a_trained_sequential_one(tmp_path):
     from test_multihead import fresh_peek
 
     assert fresh_peek(m_seq, CHECK_SEQ, 1)[0][0] == fresh_peek(m_par, CHECK_SEQ, K)[0][0]
+
+    # a trimmed (and q8_0) copy starts the same block: the draft vocabulary is dropped, the matrices dequantized
+    from pymtp.graft import trim
+    from pymtp.graft.tokenizer import Tokenizer
+
+    with Tokenizer(base) as tok:
+        counts = np.bincount(np.asarray(tok.tokenize(CORPUS, add_special=False)), minlength=tok.n_vocab)
+    keep = trim.choose(counts, 40)
+    small = trim.trim_head(seq, base, keep, tmp_path / "seq-trimmed.gguf", head_type="q8_0")
+    par2 = tmp_path / "par2.gguf"
+    assert main(["graft", str(base), "-o", str(par2), "--parallel", str(K), "--init-head", str(small),
+                 "--data-cache", str(tmp_path / "cache"), "--corpus", str(tmp_path / "corpus.txt"), *args]) == 0
+    par2_t = {t.name: np.array(t.data) for t in gguf.GGUFReader(str(par2)).tensors}
+    assert set(par2_t) == set(par_t)
+    for name, w in seq_t.items():
+        assert np.allclose(par2_t[name].astype(np.float32), w.astype(np.float32), atol=3e-2), name
 
 
 @pytest.mark.parametrize("extra,message", [

@@ -504,12 +504,15 @@ class MTPHead(nn.Module):
 
     @classmethod
     def from_gguf(cls, hp: HParams, path, index: int = 0) -> "MTPHead":
-        """Head ``index`` of a head-only (or merged) GGUF: block hp.n_layer + index."""
+        """Head ``index`` of a head-only (or merged) GGUF: block hp.n_layer + index (a draft vocabulary's
+        tensors, pymtp trim's, are not the head's and are left out)."""
         from .gguf_weights import load_tensors, open_reader
 
         L = hp.n_layer + index
         reader = open_reader(path)
-        names = [t.name for t in reader.tensors if t.name.startswith(f"blk.{L}.")]
+        own = {*NEXTN_SUFFIXES, MASK_SUFFIX, FEATURE_TENSOR_SUFFIX}
+        names = [t.name for t in reader.tensors if t.name.startswith(f"blk.{L}.")
+                 and (not t.name.startswith(f"blk.{L}.nextn.") or t.name[len(f"blk.{L}."):] in own)]
         if not names:
             raise ValueError(f"{path} has no tensors blk.{L}.* (head {index})")
         t = load_tensors(reader, names)

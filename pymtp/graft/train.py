@@ -555,11 +555,13 @@ def _autocast_for(device: torch.device):
     return autocast
 
 
-def head_from_file(path: Path, base_g, cfg: TrainConfig) -> MTPHead:
+def head_from_file(path: Path, base_g, cfg: TrainConfig, log=lambda msg: None) -> MTPHead:
     """The head a warm-started run trains on from (--init-head): head 0 of a head GGUF that pymtp graft
-    wrote for this very base, untrimmed. Its mask rows and feature matrix are kept; a sequential head
-    becomes a parallel one (new mask rows) or a feature head (feat = [I | noise], so it starts drafting as
-    it did). What cannot be continued is refused: another base, another K, dropping its features."""
+    wrote for this very base (q8_0 matrices dequantized). Its mask rows and feature matrix are kept; a
+    sequential head becomes a parallel one (new mask rows) or a feature head (feat = [I | noise], so it
+    starts drafting as it did); a draft vocabulary (pymtp trim) is not carried over: the run trains on
+    --draft-vocab's, the whole vocabulary by default. What cannot be continued is refused: another base,
+    another K, dropping its features."""
     from .gguf_weights import open_reader
     from .writer import PROVENANCE_PREFIX
 
@@ -569,9 +571,10 @@ def head_from_file(path: Path, base_g, cfg: TrainConfig) -> MTPHead:
     if sha != base_g.sha256:
         raise PymtpError(f"--init-head {path}: " + ("not a head pymtp graft wrote" if sha is None else
                          f"trained for another base (sha256 {sha[:12]}..., this base {base_g.sha256[:12]}...)"))
-    if reader.get_field(PROVENANCE_PREFIX + "draft_vocab") is not None:
-        raise PymtpError(f"--init-head {path}: a head with a draft vocabulary (pymtp trim); start from the "
-                         "untrimmed head and pass --draft-vocab again")
+    trimmed = reader.get_field(PROVENANCE_PREFIX + "draft_vocab")
+    if trimmed is not None:
+        log(f"--init-head: {path.name}'s draft vocabulary ({trimmed.contents()} tokens) is not carried over: "
+            "the run trains on --draft-vocab's (the whole vocabulary without it)")
     if cfg.heads > 1:
         raise PymtpError("--init-head continues one head: it takes no --heads N")
     try:
@@ -604,7 +607,7 @@ def _build_models(job: GraftJob, device: torch.device, log):
         raise PymtpError("a parallel head (--parallel K) is one head trained teacher-forced: "
                          "it takes neither --heads N nor --chain")
     if cfg.init_head:
-        head_inits = [head_from_file(Path(cfg.init_head), base_g, cfg)]
+        head_inits = [head_from_file(Path(cfg.init_head), base_g, cfg, log)]
         log(f"starting from {cfg.init_head}")
     else:
         # head 0 exactly as a single-head run; head j >= 1: the same recipe, noise seeded seed + j
