@@ -213,8 +213,8 @@ def test_parallel_bad_arguments(parallel_head, tmp_path, capsys, extra, message)
 
 def test_a_parallel_head_from_a_trained_sequential_one(tmp_path):
     """--init-head: a parallel head started from a trained sequential head keeps that head's block (at a
-    vanishing learning rate the written block is the original's) with new mask rows, drafts losslessly,
-    and says where it started; what cannot be continued is refused with one clear line."""
+    vanishing learning rate the written block is the original's) with new mask rows, drafts that head's
+    first token, and says where it started; a trimmed q8_0 copy starts the same block."""
     base, seq, _ = graft_tiny(tmp_path, "seq")
     args = [a if a != "3e-3" else "1e-12" for a in GRAFT_ARGS]
     par = tmp_path / "par.gguf"

@@ -562,21 +562,18 @@ def head_from_file(path: Path, base_g, cfg: TrainConfig, log=lambda msg: None) -
     starts drafting as it did); a draft vocabulary (pymtp trim) is not carried over: the run trains on
     --draft-vocab's, the whole vocabulary by default. What cannot be continued is refused: another base,
     another K, dropping its features."""
-    from .gguf_weights import open_reader
-    from .writer import PROVENANCE_PREFIX
+    from pymtp.gguf_meta import read_info
 
-    reader = open_reader(path)
-    field = reader.get_field(PROVENANCE_PREFIX + "base_sha256")
-    sha = None if field is None else field.contents()
+    if cfg.heads > 1:
+        raise PymtpError("--init-head continues one head: it takes no --heads N")
+    prov = read_info(path).graft_provenance
+    sha = prov.get("base_sha256")
     if sha != base_g.sha256:
         raise PymtpError(f"--init-head {path}: " + ("not a head pymtp graft wrote" if sha is None else
                          f"trained for another base (sha256 {sha[:12]}..., this base {base_g.sha256[:12]}...)"))
-    trimmed = reader.get_field(PROVENANCE_PREFIX + "draft_vocab")
-    if trimmed is not None:
-        log(f"--init-head: {path.name}'s draft vocabulary ({trimmed.contents()} tokens) is not carried over: "
+    if "draft_vocab" in prov:
+        log(f"--init-head: {path.name}'s draft vocabulary ({prov['draft_vocab']} tokens) is not carried over: "
             "the run trains on --draft-vocab's (the whole vocabulary without it)")
-    if cfg.heads > 1:
-        raise PymtpError("--init-head continues one head: it takes no --heads N")
     try:
         head = MTPHead.from_gguf(base_g.hparams, path)
     except ValueError as e:
