@@ -274,3 +274,49 @@ def test_init_head_of_another_base_is_refused(parallel_head, tmp_path, capsys):
                str(K), "--corpus", str(head.parent / "corpus.txt"), *GRAFT_ARGS])
     assert rc != 0
     assert "trained for another base" in capsys.readouterr().err
+
+
+def test_a_second_block_for_the_mask_rows(parallel_head, tmp_path):
+    """bench/parallel_depth.py (a torch-only experiment): the second block starts as the identity (the
+    pass gives the one-block head's outputs), a run trains it with graft's pipeline, and the report
+    holds its entries next to those of a trained head measured on the same validation set."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from pymtp.graft.gguf_weights import load_base
+    from pymtp.graft.torch_model import MTPHead, rope_tables
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import parallel_depth
+
+    base, head_path, _ = parallel_head
+    hp = load_base(base, with_sha=False).hparams
+    head = MTPHead.from_gguf(hp, head_path)
+    T = 7
+    cos, sin = rope_tables(torch.arange(T + K), hp.n_rot, hp.rope_base, hp.rope_freq_scale, None)
+    g = torch.Generator().manual_seed(0)
+    emb, h_prev = torch.randn(2, T, D, generator=g), torch.randn(2, T, D, generator=g)
+    with torch.no_grad():
+        one = head.parallel_forward(emb, h_prev, cos, sin)
+        two = parallel_depth.deepen(head, 2).parallel_forward(emb, h_prev, cos, sin)
+    assert len(one) == len(two) == K
+    for a, b in zip(one, two):
+        assert torch.equal(a, b)
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS)
+    out, report = tmp_path / "deep.pt", tmp_path / "deep.json"
+    assert parallel_depth.main([str(base), "-o", str(out), "--report", str(report), "--parallel", str(K),
+                                "--depth", "2", "--eval-head", f"par={head_path}", "--corpus", str(corpus),
+                                "--data-cache", str(tmp_path / "cache"), *GRAFT_ARGS]) == 0
+    r = json.loads(report.read_text())
+    assert set(r["heads"]) == {"depth2", "par"}
+    for v in r["heads"].values():
+        assert len(v["per_step"]) == K
+        assert v["per_step"][0]["n"] == r["heads"]["par"]["per_step"][0]["n"] > 0   # the same positions
+    val = r["history"]["val"]
+    assert val[-1]["per_step"][0]["kl"] < val[0]["per_step"][0]["kl"]
+    state = torch.load(out, weights_only=True)
+    assert float(state["extra_blocks.0.attn_output__weight"].abs().max()) > 0   # the second block trained
+    assert not (tmp_path / "deep.unused.gguf").exists()

@@ -32,6 +32,9 @@
 # one H200 made ~half the steps a second of one alone (2026-11-29).
 # A variant may start from a trained head: carry it in .dev/graft/init/ with the last part, and pass
 # --init-head /tmp/graft-recipe/init/NAME.gguf in its arguments.
+# GRAFT_PY (default "-m pymtp.cli.main graft") runs another trainer with graft's arguments, e.g.
+# GRAFT_PY=/tmp/graft-recipe/src/parallel_depth.py (bench/parallel_depth.py: a torch-only experiment;
+# its NAME.json comes back, its head stays on the box).
 set -uo pipefail
 W=/tmp/graft-recipe                  # everything the daemon uses lives here, outside the work tree
 mkdir -p $W
@@ -71,7 +74,7 @@ start)
         echo "$(cat .dev/graft/$BASE.sha256)  $W/$BASE.gguf.part" | sha256sum -c - || exit 1
         mv $W/$BASE.gguf.part $W/$BASE.gguf
     fi
-    rm -rf $W/src && mkdir -p $W/src && cp -r pymtp $W/src/
+    rm -rf $W/src && mkdir -p $W/src && cp -r pymtp bench/parallel_depth.py $W/src/
     # heads a variant starts from (--init-head /tmp/graft-recipe/init/NAME.gguf), carried as .dev/graft/init
     rm -rf $W/init && { [ ! -d .dev/graft/init ] || cp -r .dev/graft/init $W/init; }
     git rev-parse --short HEAD > $W/commit 2>/dev/null || true
@@ -90,7 +93,7 @@ EOF
         IFS=';' read -ra vs <<< "$VARIANTS"
         for v in "${vs[@]}"; do
             name="${v%%:*}"; extra="${v#*:}"
-            echo "python3 -m pymtp.cli.main graft $W/$BASE.gguf -o $W/$name.gguf --report $W/$name.json --quiet ${GRAFT_ARGS:-} $extra || rc=\$?" >> $W/run.sh
+            echo "python3 ${GRAFT_PY:--m pymtp.cli.main graft} $W/$BASE.gguf -o $W/$name.gguf --report $W/$name.json --quiet ${GRAFT_ARGS:-} $extra || rc=\$?" >> $W/run.sh
             echo "echo \"variant $name: done, \$(( \$(date +%s) - t0 )) s\"" >> $W/run.sh
         done
     fi
