@@ -227,3 +227,17 @@ def test_a_slot_that_knows_d_from_its_neighbours_probes_nothing_where_batches_sp
     assert with_floor["auto"]["probes"] == 0 and drafting == 0, with_floor["auto"]
     assert without["auto"]["probes"] >= 1, without["auto"]
     assert with_floor["runs"]["auto"]["speedup"] > without["runs"]["auto"]["speedup"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_parallel_heads_passes_are_timed_by_their_rows(sim, seed):
+    """A parallel head (par4w on the H200, 2026-11-29): a pass of 1-4 rows costs 0.26-0.48 ms. With one D for
+    every pass size, a D timed on a 4-row probe made a 1-row pass look twice its cost, and auto ran plain steps
+    and k=1 where k=2 was best. The controller learns each size's cost (and sizes the pass when it plans), so its
+    estimates rise with the rows as the machine's do, and auto stays near the best fixed length."""
+    res = sim("smol-par4w-h200", f"seed={seed}")
+    est = res["auto"]["est_pass_ms"]
+    assert len(est) == 4
+    assert 0.2 < est[0] < 0.4, est                       # the machine: 0.26 ms + the catch-up landing in it
+    assert est[3] - est[0] > 0.5 * 3 * 0.074, est        # rows cost 0.074 ms each
+    assert res["runs"]["auto"]["speedup"] >= 0.88 * best_fixed(res), res["runs"]["auto"]

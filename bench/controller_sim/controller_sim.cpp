@@ -19,6 +19,9 @@
 //              properties: each size's next decode, the draft's and each catch-up size's, costs recapture_ms
 //              more (patch 0018 re-captures at once)
 //   D          one draft decode
+//   par        > 1: a parallel head (pymtp graft --parallel K): one draft decode drafts min(k, par) tokens, its
+//              rows costing D + par_row_ms x (rows - 1) (H200, the built-in model: 1-4 rows 0.205-0.381 of a
+//              plain step); each pass size builds and captures its own graphs (new_size_ms, capture_ms)
 //   W          the MTP catch-up after a step, per written row; async_share of it runs on the device after
 //              the step returned and lands in the next timed part (the next draft, or the next target decode)
 //   O          the caller's time between steps
@@ -66,6 +69,8 @@ struct machine {
     double              back_ms     = -1.0; // a change to a plain step costs this instead (< 0: switch_ms): a GPU
                                             //   replays the plain step's captured graph (SmolLM2, H200: ~1 ms)
     double              draft_ms    = 1.0;
+    int32_t             par         = 0;    // > 1: a parallel head drafting up to par tokens in one decode
+    double              par_row_ms  = 0.0;  //   each row of its pass past the first costs this much more
     double              row_ms      = 0.25;
     double              catchup_ms  = 0.5; // per catch-up decode, on top of its rows
     double              async_share = 0.8;
@@ -160,6 +165,11 @@ class sim {
         mtp::controller c;
         c.k_max  = fixed_k < 0 ? cap : 0;
         c.graphs = m.gpu != 0;
+        c.par    = m.par > 1 ? m.par : 0;
+        if (m.par > 1) {
+            cap = std::min(cap, m.par); // one decode, at most par drafts a step (as the engine caps k_max)
+            c.k_max = fixed_k < 0 ? cap : 0;
+        }
         c.cutoff = m.cutoff != 0;
         c.splits = m.load > 1 && m.splits != 0;
         if (m.shared_draft_ms > 0.0) {
@@ -174,6 +184,9 @@ class sim {
         catchup_sizes_seen.clear();
         sizes_seen.clear();
         sizes_repeated.clear();
+        pass_sizes_seen.clear();
+        pass_sizes_repeated.clear();
+        prev_pass = 0;
         warm_sizes.clear();
         warm_catchups.clear();
         warm_draft = false;
@@ -230,7 +243,33 @@ class sim {
             }
             // drafting
             int32_t kd = 0;
-            for (int32_t i = 0; i < k; ++i) {
+            if (m.par > 1 && k > 0) { // a parallel head: one decode of min(k, par) rows, kept up to the first cut
+                const int32_t rows = std::min(k, m.par);
+                double        t    = noisy(m.draft_ms + m.par_row_ms * (rows - 1)) + take_pending() +
+                             (warm_draft ? 0.0 : m.recapture_ms) +
+                             (pass_sizes_seen.insert(rows).second ? m.new_size_ms : 0.0) +
+                             (rows == prev_pass && pass_sizes_repeated.insert(rows).second ? m.capture_ms : 0.0);
+                warm_draft = true;
+                prev_pass  = rows;
+                if (cold_left > 0) {
+                    cold_left--;
+                    t += m.cold_ms;
+                }
+                step_ms += t;
+                parts += t;
+                c.timed_draft(t, rows);
+                for (int32_t i = 0; i < rows; ++i) {
+                    bool more = true;
+                    if (!c.keep(i, m.conf, &more)) {
+                        break;
+                    }
+                    kd++;
+                    if (!more) {
+                        break;
+                    }
+                }
+            }
+            for (int32_t i = 0; i < (m.par > 1 ? 0 : k); ++i) { // a sequential head: one decode per draft
                 double t = noisy(m.draft_ms) + take_pending() + (warm_draft ? 0.0 : m.recapture_ms);
                 warm_draft = true;
                 if (cold_left > 0) { // new graphs (the first drafts, and after waking)
@@ -383,6 +422,9 @@ class sim {
     std::set<int32_t>                      warm_sizes;     // target sizes whose graph matches the window (recapture_ms)
     std::set<int32_t>                      warm_catchups;  // the same for catch-up sizes
     bool                                   warm_draft = false; // the draft's graph matches the window
+    std::set<int32_t>                      pass_sizes_seen;     // a parallel head's pass sizes met (new_size_ms)
+    std::set<int32_t>                      pass_sizes_repeated; // ... and decoded twice in a row (capture_ms)
+    int32_t                                prev_pass = 0;
     int64_t                                kv = 0;             // the current generation's KV cells
 };
 
@@ -441,6 +483,8 @@ int main(int argc, char ** argv) {
             { "back_ms", [&](const char * x) { m.back_ms         = std::atof(x); } },
             { "draft_ms", [&](const char * x) { m.draft_ms       = std::atof(x); } },
             { "row_ms", [&](const char * x) { m.row_ms           = std::atof(x); } },
+            { "par", [&](const char * x) { m.par                 = std::atoi(x); } },
+            { "par_row_ms", [&](const char * x) { m.par_row_ms   = std::atof(x); } },
             { "catchup_ms", [&](const char * x) { m.catchup_ms   = std::atof(x); } },
             { "async_share", [&](const char * x) { m.async_share = std::atof(x); } },
             { "caller_ms", [&](const char * x) { m.caller_ms     = std::atof(x); } },
@@ -513,6 +557,10 @@ int main(int argc, char ** argv) {
                 std::max(0.0, c.switching.v), c.draft_cost());
     for (int32_t n = 1; n <= cap + 1; ++n) {
         std::printf("%s%.3f", n > 1 ? ", " : "", c.target_cost(n));
+    }
+    std::printf("], \"est_pass_ms\": [");   // a parallel head: D of a pass of 1..par rows (pass_cost)
+    for (int32_t n = 1; n <= c.par; ++n) {
+        std::printf("%s%.3f", n > 1 ? ", " : "", c.pass_cost(n));
     }
     std::printf("], \"block_cost_per_step\": [");
     for (int32_t k = 0; k <= cap; ++k) {

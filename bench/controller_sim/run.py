@@ -66,6 +66,16 @@ PRESETS = {
                      "caller_ms=0.03", "rates=0.66,0.40,0.25,0.17,0.12,0.08,0.05,0.03", "acc_spread=0.35",
                      "acc_seg=150", "prompt=192", "tokens=3072", "new_size_ms=3", "capture_ms=2", "cold_ms=2",
                      "wake_target_ms=2", "jitter=0.05", "recapture_ms=2.5", "window=1024"],
+    # the same machine with the parallel head par4w (issue 18; 2026-11-29,
+    # docs/results/parallel-heads/h200-2026-11-29b): one pass drafts up to 4 tokens, its 1-4 rows
+    # 0.205 / 0.250 / 0.320 / 0.381 of a 1.265 ms plain step, the head's acceptance by position
+    # 0.56 / 0.20 / 0.04 / 0.005; fixed k=1 1.27x of MTP off, k=2 1.28x, k=3 1.11x
+    "smol-par4w-h200": ["plain_ms=1.265", "sample_ms=0.02", "v=1,1.01,1.04,1.21,1.27,1.35,1.43,1.52,2.9",
+                        "draft_ms=0.26", "par=4", "par_row_ms=0.074", "catchup_ms=0.04", "row_ms=0.005",
+                        "hidden_ms=0.03", "switch_ms=0.5", "back_ms=0.1", "caller_ms=0.03",
+                        "rates=0.56,0.20,0.04,0.005", "acc_spread=0.35", "acc_seg=150", "prompt=192",
+                        "tokens=3072", "new_size_ms=3", "capture_ms=2", "cold_ms=2", "wake_target_ms=2",
+                        "jitter=0.05", "recapture_ms=2.5", "window=1024"],
     "smol-cpu": ["gpu=0", "plain_ms=11", "v=1,1.7,2.3,2.9,3.5,4.1,4.7,5.3,5.9", "sample_ms=0.05", "switch_ms=2",
                  "draft_ms=3.6", "row_ms=0.3", "catchup_ms=1", "async_share=0", "hidden_ms=0.2", "cold_ms=5",
                  "rates=0.58,0.2,0.07,0.02", "tokens=4096"],

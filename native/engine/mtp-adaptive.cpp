@@ -104,6 +104,25 @@ double controller::draft_cost() const {
     return drafts().n > 0 ? drafts().v : PRIOR_D * plain_batch_cost();
 }
 
+double controller::pass_cost(int32_t n) const {
+    n = std::clamp(n, 1, K);
+    for (int32_t d = 0; d < K; ++d) { // the size itself, then the nearest timed one (the smaller first)
+        for (const int32_t m : { n - d, n + d }) {
+            if (m >= 1 && m <= K && pass_d[m - 1].n > 0) {
+                return pass_d[m - 1].v;
+            }
+        }
+    }
+    return draft_cost();
+}
+
+double controller::step_draft_time(int32_t k) const {
+    if (par <= 1 || k <= 0) {
+        return draft_time(k);
+    }
+    return (k / par) * pass_cost(par) + (k % par > 0 ? pass_cost(k % par) : 0.0);
+}
+
 // rate of position i from per-position counts: a position seldom reached leans on the one before it (then on PRIOR_A)
 static double chained_rate(const decayed_rate * r, int32_t i) {
     double x = controller::PRIOR_A;
@@ -141,7 +160,7 @@ double controller::step_time(int32_t k) const {
         return target_cost(1) + overhead.v;
     }
     const double w = catchup.n > 0 ? catchup.v : 0.0;
-    return overhead.v + draft_time(k) + target_cost(k + 1) + w * accept(0, -1.0f);
+    return overhead.v + step_draft_time(k) + target_cost(k + 1) + w * accept(0, -1.0f);
 }
 
 double controller::ratio(int32_t k, double extra_ms) const {
@@ -166,7 +185,7 @@ bool controller::hopeless(int32_t k_cap) const {
     verify             = std::max({ verify, least, split_floor() });
     const double plain = ratio(0);
     for (int32_t k = 1; k <= k_cap; ++k) {
-        if ((k + 1) / (overhead.v + draft_time(k) + verify) > plain) {
+        if ((k + 1) / (overhead.v + step_draft_time(k) + verify) > plain) {
             return false;
         }
     }
@@ -247,7 +266,8 @@ int32_t controller::plan(int32_t k_cap) {
             n_probes++;
             return 0;
         }
-        return k_cap; // keep() decides where the draft stops
+        // keep() decides where the draft stops; a parallel head's pass is sized now, its rows paid for up front
+        return par > 1 ? best_k : k_cap;
     }
     draft_run           = 0;
     // plain decoding leads: re-probe the best draft length now and then, every 16 plain steps when the
@@ -714,6 +734,9 @@ void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra
     }
     draft_own = running_mean{};
     draft_group.reset(); // pinned or relearned: this engine's own again
+    for (auto & p : pass_d) {
+        p = running_mean{}; // pinned: every pass size costs the pinned D (pass_cost's fallback)
+    }
     catchup    = running_mean{};
     sampling   = running_mean{};
     real_plain = realized_rate{};
@@ -750,6 +773,8 @@ void controller::woke() {
     cold_drafts   = COLD_DRAFTS;
     cold_targets  = COLD_TARGETS;
     cold_catchups = COLD_DRAFTS;
+    std::fill(std::begin(pass_met), std::end(pass_met), false); // the MTP context's graphs are new
+    std::fill(std::begin(pass_held), std::end(pass_held), false);
     window_left   = 0; // a fresh window (stepped() opens it): the sleeping steps are no window's
     // and a free one: the probe after waking runs in it (a plain window would hold it back, and the
     // MTP side could fall asleep again before it ran)

@@ -199,6 +199,15 @@ struct controller {
     bool          size_met[LOADS][K + 1]    = {};    // a decode of this size has been seen
     bool          size_held[LOADS][K + 1]   = {};    // a decode of this size right after one of the same size
     running_mean  draft_own;                         // D, as this engine timed it (see drafts())
+    // A parallel head (par > 1): D of a pass of n rows (index n - 1), timed on passes with nothing written ahead.
+    // The rows are not free: H200, the built-in model, 1-4 rows 0.205 / 0.250 / 0.320 / 0.381 of a plain step,
+    // and one D for every size, timed on a 4-row probe, made a 1-row pass look twice its cost (auto chose plain
+    // steps and k=1 over k=2: docs/benchmarks.md, "The warm-started heads on an H200"). On a GPU each size
+    // builds and captures its own graphs: its first pass and its first repeat go untimed, as target sizes do.
+    running_mean  pass_d[K];
+    bool          pass_met[K]  = {};
+    bool          pass_held[K] = {};
+    int32_t       pass_prev    = 0;  // the last pass's rows
     running_mean  catchup;                           // W
     running_mean  overhead;  // O: a step's time outside the parts above (the caller's loop included)
     running_mean  sampling;  // caller-decoded targets: sampling one verified row (the caller times
@@ -413,8 +422,13 @@ struct controller {
     // alone: the size's own, else extrapolated from the other sizes that ran steady (0: no steady plain step)
     double steady_cost(int32_t n) const;
     double draft_cost() const;
-    // the draft decodes of a step drafting k: k, or one per par tokens with a parallel head
+    // the draft decodes of a step drafting k: k, or one per par tokens with a parallel head (within a pass the
+    // next draft adds nothing: keep() and best_extension() take differences of this)
     double draft_time(int32_t k) const { return (par > 1 ? (k + par - 1) / par : k) * draft_cost(); }
+    // D of a parallel head's pass of n rows: its own, else the nearest size timed, else D
+    double pass_cost(int32_t n) const;
+    // what a step drafting k spends drafting: draft_time(k), a parallel head's passes by their rows
+    double step_draft_time(int32_t k) const;
     // estimated P(draft i accepted | drafts before it accepted), at confidence c (< 0: unknown): the recent
     // rate, drawn towards the long-run one as it goes stale
     double accept(int32_t i, float c) const;
@@ -478,8 +492,12 @@ struct controller {
             catchup.add(catchup.n >= 3 ? std::min(ms, 4.0 * catchup.v) : ms);
         }
     }
-    // a draft decode and its draft choice took ms (learned while on)
-    void timed_draft(double ms) {
+    // a draft decode and its draft choice took ms (learned while on); rows > 0: a parallel head's pass of rows
+    void timed_draft(double ms, int32_t rows = 0) {
+        if (rows > 0 && !pass_warm(rows)) {
+            step_cold = true;
+            return;
+        }
         if (cold_drafts > 0) {
             step_cold = true;
             cold_drafts--; // just woken: the MTP context's KV restarted, its graphs are new (H100: D 0.2 -> 1.8)
@@ -493,7 +511,22 @@ struct controller {
         if (on() && !pinned) {
             running_mean & d = drafts();
             d.add(d.n >= 3 ? std::min(ms, 4.0 * d.v) : ms);
+            if (rows > 0) {
+                running_mean & p = pass_d[std::min(rows, K) - 1];
+                p.add(p.n >= 3 ? std::min(ms, 4.0 * p.v) : ms);
+            }
         }
+    }
+    // a pass of this many rows now: whether its graphs are warm (always off a GPU; see pass_d)
+    bool pass_warm(int32_t rows) {
+        const int32_t i    = std::min(rows, K) - 1;
+        const bool    held = rows == pass_prev;
+        pass_prev          = rows;
+        if (!graphs || (pass_met[i] && (!held || pass_held[i]))) {
+            return true;
+        }
+        (pass_met[i] ? pass_held[i] : pass_met[i]) = true;
+        return false;
     }
     // the MTP side woke (own loop): new graphs and KV, so the first decodes go untimed, and a probe
     // after WAKE_PROBE steps. (Discounting the acceptance measured before the sleep, so that the probe's

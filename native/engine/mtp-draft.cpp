@@ -123,7 +123,7 @@ int32_t llama_mtp::draft_parallel(llama_pos p0, llama_token tok0, const float * 
         for (int32_t i = 0; i < n; ++i) {
             const llama_token tok = choose_draft(path, ctx_mtp, row0 + i, i);
             if (i == 0) {
-                timed_draft_decode(row0, mtp::ms_since(t0)); // the whole pass: the controller's draft cost
+                timed_draft_decode(row0, mtp::ms_since(t0), n); // the whole pass: its rows' draft cost
             }
             if (!take_draft(tok, i)) {
                 break;
@@ -134,16 +134,17 @@ int32_t llama_mtp::draft_parallel(llama_pos p0, llama_token tok0, const float * 
     return rc;
 }
 
-void llama_mtp::timed_draft_decode(int32_t n_ahead, double ms) {
+void llama_mtp::timed_draft_decode(int32_t n_ahead, double ms, int32_t rows) {
     if (!ctrl.on()) {
         return; // a fixed length (or the warm-up, before the controller is set): nothing to learn
     }
     if (n_ahead == 0) {
-        ctrl.timed_draft(ms);
+        ctrl.timed_draft(ms, rows);
     } else if (n_ahead <= mtp::controller::K && ctrl.drafts().n > 0) {
         // a verified step's entries written ahead of the draft row: what they add is the controller's W
-        // (the catch-up it charges a step that accepts), the draft decode itself costs D as before
-        ctrl.timed_catchup(n_ahead + 1, std::max(0.0, ms - ctrl.drafts().v));
+        // (the catch-up it charges a step that accepts), the draft decode itself costs D as before (a
+        // parallel head's pass: D of its rows)
+        ctrl.timed_catchup(n_ahead + 1, std::max(0.0, ms - (rows > 0 ? ctrl.pass_cost(rows) : ctrl.drafts().v)));
     } // more rows (deferred while plain decoding led) go untimed, as their separate write did
 }
 

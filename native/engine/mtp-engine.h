@@ -334,7 +334,7 @@ struct llama_mtp {
     // drafting goes on (false: none left, cut, an end-of-generation token, or the next does not pay)
     bool              take_draft(llama_token tok, int32_t i);
     // a draft decode's time for the controller; n_ahead: queued entries it wrote before its own rows
-    void              timed_draft_decode(int32_t n_ahead, double ms);
+    void              timed_draft_decode(int32_t n_ahead, double ms, int32_t rows = 0); // rows: a parallel pass
     void              set_backend_draft(mtp::backend_pick kind);
     mtp::backend_pick wanted_backend_draft(const llama_sampler * path) const;
 
