@@ -241,44 +241,16 @@ class sim {
                 parts += w;
                 queue = 0;
             }
-            // drafting
-            int32_t kd = 0;
-            if (m.par > 1 && k > 0) { // a parallel head: one decode of min(k, par) rows, kept up to the first cut
-                const int32_t rows = std::min(k, m.par);
-                double        t    = noisy(m.draft_ms + m.par_row_ms * (rows - 1)) + take_pending() +
-                             (warm_draft ? 0.0 : m.recapture_ms) +
-                             (pass_sizes_seen.insert(rows).second ? m.new_size_ms : 0.0) +
-                             (rows == prev_pass && pass_sizes_repeated.insert(rows).second ? m.capture_ms : 0.0);
-                warm_draft = true;
-                prev_pass  = rows;
-                if (cold_left > 0) {
-                    cold_left--;
-                    t += m.cold_ms;
+            // drafting: a sequential head decodes once per draft, a parallel one once for min(k, par) drafts
+            const int32_t rows = m.par > 1 ? std::min(k, m.par) : 0;
+            int32_t       kd   = 0;
+            for (int32_t i = 0; i < (m.par > 1 ? rows : k); ++i) {
+                if (i == 0 || rows == 0) {
+                    const double t = draft_decode(rows);
+                    step_ms += t;
+                    parts += t;
+                    c.timed_draft(t, rows);
                 }
-                step_ms += t;
-                parts += t;
-                c.timed_draft(t, rows);
-                for (int32_t i = 0; i < rows; ++i) {
-                    bool more = true;
-                    if (!c.keep(i, m.conf, &more)) {
-                        break;
-                    }
-                    kd++;
-                    if (!more) {
-                        break;
-                    }
-                }
-            }
-            for (int32_t i = 0; i < (m.par > 1 ? 0 : k); ++i) { // a sequential head: one decode per draft
-                double t = noisy(m.draft_ms) + take_pending() + (warm_draft ? 0.0 : m.recapture_ms);
-                warm_draft = true;
-                if (cold_left > 0) { // new graphs (the first drafts, and after waking)
-                    cold_left--;
-                    t += m.cold_ms;
-                }
-                step_ms += t;
-                parts += t;
-                c.timed_draft(t);
                 bool more = true;
                 if (!c.keep(i, m.conf, &more)) {
                     break;
@@ -390,6 +362,23 @@ class sim {
 
     // a target decode that stalls now and then (spike_p of them, spike_ms more)
     double spike() { return m.spike_p > 0.0 && u(rng) < m.spike_p ? m.spike_ms : 0.0; }
+
+    // a draft decode's time; rows > 0: a parallel head's pass of rows (each size builds and captures its graphs)
+    double draft_decode(int32_t rows) {
+        double t = noisy(m.draft_ms + m.par_row_ms * std::max(0, rows - 1)) + take_pending() +
+                   (warm_draft ? 0.0 : m.recapture_ms);
+        if (rows > 0) {
+            t += (pass_sizes_seen.insert(rows).second ? m.new_size_ms : 0.0) +
+                 (rows == prev_pass && pass_sizes_repeated.insert(rows).second ? m.capture_ms : 0.0);
+            prev_pass = rows;
+        }
+        warm_draft = true;
+        if (cold_left > 0) { // new graphs (the first drafts, and after waking)
+            cold_left--;
+            t += m.cold_ms;
+        }
+        return t;
+    }
 
     // a catch-up decode of n rows: the host part now, the rest lands in the next timed part
     double write_rows(int32_t n) {
