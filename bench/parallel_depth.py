@@ -132,6 +132,7 @@ def main(argv=None) -> int:
         train.graft(job)
     finally:
         tok.close()
+        job.ckpt_path.unlink(missing_ok=True)     # graft's checkpoint: this run cannot be resumed
     for name, v in result["heads"].items():
         print(f"{name:>10}: in a row " + " / ".join(f"{s['in_a_row']:.3f}" for s in v["per_step"])
               + "   agree " + " / ".join(f"{s['agree']:.3f}" for s in v["per_step"]))
