@@ -773,13 +773,14 @@ void controller::woke() {
     cold_drafts   = COLD_DRAFTS;
     cold_targets  = COLD_TARGETS;
     cold_catchups = COLD_DRAFTS;
-    std::fill(std::begin(pass_met), std::end(pass_met), false); // the MTP context's graphs are new
-    std::fill(std::begin(pass_held), std::end(pass_held), false);
     window_left   = 0; // a fresh window (stepped() opens it): the sleeping steps are no window's
     // and a free one: the probe after waking runs in it (a plain window would hold it back, and the
     // MTP side could fall asleep again before it ran)
     window_plain  = false;
     window_check  = false;
+    // the MTP context's graphs are new: each pass size's first pass and first repeat go untimed again
+    std::fill(std::begin(pass_met), std::end(pass_met), false);
+    std::fill(std::begin(pass_held), std::end(pass_held), false);
 }
 
 void controller::reset_stats() {

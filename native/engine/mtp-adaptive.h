@@ -199,15 +199,6 @@ struct controller {
     bool          size_met[LOADS][K + 1]    = {};    // a decode of this size has been seen
     bool          size_held[LOADS][K + 1]   = {};    // a decode of this size right after one of the same size
     running_mean  draft_own;                         // D, as this engine timed it (see drafts())
-    // A parallel head (par > 1): D of a pass of n rows (index n - 1), timed on passes with nothing written ahead.
-    // The rows are not free: H200, the built-in model, 1-4 rows 0.205 / 0.250 / 0.320 / 0.381 of a plain step,
-    // and one D for every size, timed on a 4-row probe, made a 1-row pass look twice its cost (auto chose plain
-    // steps and k=1 over k=2: docs/benchmarks.md, "The warm-started heads on an H200"). On a GPU each size
-    // builds and captures its own graphs: its first pass and its first repeat go untimed, as target sizes do.
-    running_mean  pass_d[K];
-    bool          pass_met[K]  = {};
-    bool          pass_held[K] = {};
-    int32_t       pass_prev    = 0;  // the last pass's rows
     running_mean  catchup;                           // W
     running_mean  overhead;  // O: a step's time outside the parts above (the caller's loop included)
     running_mean  sampling;  // caller-decoded targets: sampling one verified row (the caller times
@@ -274,6 +265,16 @@ struct controller {
 
     running_mean &       drafts() { return draft_group ? draft_group->d : draft_own; }
     const running_mean & drafts() const { return draft_group ? draft_group->d : draft_own; }
+
+    // A parallel head (par > 1): D of a pass of n rows (index n - 1), timed on passes with nothing written ahead.
+    // The rows are not free: H200, the built-in model, 1-4 rows 0.205 / 0.250 / 0.320 / 0.381 of a plain step,
+    // and one D for every size, timed on a 4-row probe, made a 1-row pass look twice its cost (auto chose plain
+    // steps and k=1 over k=2: docs/benchmarks.md, "The warm-started heads on an H200"). On a GPU each size
+    // builds and captures its own graphs: its first pass and its first repeat go untimed, as target sizes do.
+    running_mean pass_d[K];
+    bool         pass_met[K]  = {};
+    bool         pass_held[K] = {};
+    int32_t      pass_prev    = 0; // the last pass's rows
 
     // ---- the current step ----
     int32_t       mode            = 0;   // draft mode index (0 greedy, 1 chain, 2 stochastic)
