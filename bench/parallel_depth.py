@@ -51,20 +51,14 @@ def deepen(head, depth: int):
 
 
 def _deep_parallel_forward(self, emb, h_prev, cos, sin) -> list:
-    """MTPHead.parallel_forward through every block: block b's row i attends to the real rows' and the
-    pass's rows 1..i block-b keys and values (computed from their block-(b-1) outputs)."""
-    from pymtp.graft.torch_model import parallel_attention, rms_norm
+    """MTPHead.parallel_forward through every block: block b's entry i attends to the real entries' and the
+    pass's entries 1..i block-b keys and values (computed from their block-(b-1) outputs)."""
+    from pymtp.graft.torch_model import parallel_block, rms_norm
 
-    hp, K = self.hp, self.parallel
-    T = emb.shape[1]
-    xs = [self.project(emb, h_prev if i == 0 else h_prev + self.mask[i - 1].to(h_prev.dtype)) for i in range(K)]
+    xs = self.parallel_rows(emb, h_prev)
     for blk in [self.block, *self.extra_blocks]:
-        qkv = [blk.qkv(rms_norm(xs[i], blk.w("attn_norm.weight"), hp.rms_eps), cos[i:i + T], sin[i:i + T])
-               for i in range(K)]
-        ks, vs = [k for _, k, _ in qkv], [v for _, _, v in qkv]
-        xs = [blk.attn_out_ffn(xs[i], parallel_attention(qkv[i][0], ks[0], vs[0], ks[1:i + 1], vs[1:i + 1],
-                                                         blk.kq_scale)) for i in range(K)]
-    return [rms_norm(x, self.shared_head_norm, hp.rms_eps) for x in xs]
+        xs = parallel_block(blk, xs, cos, sin)
+    return [rms_norm(x, self.shared_head_norm, self.hp.rms_eps) for x in xs]
 
 
 def main(argv=None) -> int:
@@ -102,7 +96,7 @@ def main(argv=None) -> int:
         progress=not args.quiet, tokenizer=tok, check_prompts=0)
     result = {"depth": args.depth, "parallel": args.parallel, "steps": args.steps, "heads": {}}
 
-    build, run_train = train._build_models, train._train
+    build, run_train, write_head = train._build_models, train._train, train._write_head
 
     def build_deep(job_, device, log):
         base_g, base_m, inits = build(job_, device, log)
@@ -131,6 +125,8 @@ def main(argv=None) -> int:
     try:
         train.graft(job)
     finally:
+        # graft's own steps back (a caller in the same process, e.g. a test session, grafts as usual)
+        train._build_models, train._train, train._write_head = build, run_train, write_head
         tok.close()
         job.ckpt_path.unlink(missing_ok=True)     # graft's checkpoint: this run cannot be resumed
     for name, v in result["heads"].items():

@@ -569,21 +569,24 @@ class MTPHead(nn.Module):
         """One parallel pass per position p of a whole sequence (teacher-forced): [out_0, .., out_{K-1}],
         each [B, T, D]; out_i at index p is mask entry i of the pass anchored at p (out_0: the real
         entry (x_p, h_{p-1})), which predicts x_{p+1+i}. cos/sin: rope tables of >= T + K - 1 positions."""
-        blk, hp = self.block, self.hp
-        T = emb.shape[1]
-        xs, qs, ks, vs = [], [], [], []
-        for i in range(self.parallel):
-            h_in = h_prev if i == 0 else h_prev + self.mask[i - 1].to(h_prev.dtype)
-            x = self.project(emb, h_in)
-            cur = rms_norm(x, blk.w("attn_norm.weight"), hp.rms_eps)
-            q, k, v = blk.qkv(cur, cos[i:i + T], sin[i:i + T])    # mask entry i sits at position p + i
-            xs.append(x), qs.append(q), ks.append(k), vs.append(v)
-        outs = []
-        for i in range(self.parallel):
-            att = parallel_attention(qs[i], ks[0], vs[0], ks[1:i + 1], vs[1:i + 1], blk.kq_scale)
-            z = blk.attn_out_ffn(xs[i], att)
-            outs.append(rms_norm(z, self.shared_head_norm, hp.rms_eps))
-        return outs
+        xs = parallel_block(self.block, self.parallel_rows(emb, h_prev), cos, sin)
+        return [rms_norm(z, self.shared_head_norm, self.hp.rms_eps) for z in xs]
+
+    def parallel_rows(self, emb: torch.Tensor, h_prev: torch.Tensor) -> list:
+        """The block inputs of the pass's K entries: (x_p, h_{p-1}), then (x_p, h_{p-1} + mask_i)."""
+        return [self.project(emb, h_prev if i == 0 else h_prev + self.mask[i - 1].to(h_prev.dtype))
+                for i in range(self.parallel)]
+
+
+def parallel_block(blk: Block, xs: list, cos, sin) -> list:
+    """One block over a parallel pass's entries xs ([B, T, D] each; entry i sits at position p + i): entry i
+    attends to the real entries (xs[0]'s) at positions <= p and to the pass's entries 1..i."""
+    T = xs[0].shape[1]
+    qkv = [blk.qkv(rms_norm(x, blk.w("attn_norm.weight"), blk.hp.rms_eps), cos[i:i + T], sin[i:i + T])
+           for i, x in enumerate(xs)]
+    ks, vs = [k for _, k, _ in qkv], [v for _, _, v in qkv]
+    return [blk.attn_out_ffn(x, parallel_attention(qkv[i][0], ks[0], vs[0], ks[1:i + 1], vs[1:i + 1],
+                                                   blk.kq_scale)) for i, x in enumerate(xs)]
 
 
 def _repeat_kv(t: torch.Tensor, groups: int) -> torch.Tensor:
