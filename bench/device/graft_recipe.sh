@@ -23,8 +23,9 @@
 #   mkdir -p .dev/graft/lib; lib="$(cd /tmp && python3 -c 'import pymtp, os; print(os.path.dirname(pymtp.__file__))')/lib"
 #   cp -L $lib/libllama.so $lib/libggml.so.0 $lib/libggml-base.so.0 $lib/libggml-cpu.so.0 $lib/libggml-rpc.so.0 .dev/graft/lib/
 #   python3 -m pip download --no-deps -d .dev/graft gguf==0.19.0
-# STEP=wait waits up to WAIT_S (default 560) s and copies the report, the log and the head to $OUT
-# once the run has ended.
+# STEP=start waits up to WAIT_S (default 540) s and STEP=wait up to WAIT_S (default 560) s for the run, each
+# returning as soon as it ends with the report, the log and the head in $OUT (so a start that outlasts the
+# run brings it all back, and no `wait` is needed); a `wait` follows a start that ended first.
 # VARIANTS="seq: par4:--parallel 4" (name:extra args, ';'-separated) trains one head per variant on
 # the same data (the first run generates it, the others reuse the cache): NAME.gguf and NAME.json;
 # `wait` brings them all back (issue 18: a parallel head against the sequential one): the heads, and
@@ -54,6 +55,27 @@ take_parts() {
     done
     [ -f $W/$BASE.gguf.part ] || { echo "graft_recipe.sh: no part of $BASE carried yet" >&2; return 1; }
 }
+# Waits up to $1 s for the run to end, stopping as soon as it has (a call that sleeps on past the run's end
+# only spends device time, and the turn after it may find the machine gone, the heads with it: 2026-11-29),
+# then brings back what has finished.
+collect() {
+    local end=$(( $(date +%s) + $1 ))
+    while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^graft: exit' $W/log; do sleep 5; done
+    tail -8 $W/log
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+    if grep -q '^graft: exit' $W/log; then
+        # the heads one by one (<= 16 MiB each), the reports and logs in one tar: <= 8 files come back
+        for f in $W/*.gguf; do [ "$f" = $W/$BASE.gguf ] || cp "$f" "$OUT/"; done
+        (cd $W && tar czf "$OUT/reports.tgz" log *.json)
+        ls -la "$OUT"
+    else    # variants that have finished come back now (the machine may go back before the last one ends)
+        cp $W/log "$OUT/graft.log"
+        for name in $(sed -n 's/^variant \([^:]*\): done.*/\1/p' $W/log); do
+            cp $W/$name.json $W/$name.gguf "$OUT/" 2>/dev/null
+        done
+    fi
+}
+
 case "${STEP:-}" in
 store)
     rm -f $W/$BASE.gguf $W/$BASE.gguf.part $W/$BASE.parts
@@ -100,26 +122,12 @@ EOF
     echo 'echo "graft: exit $rc, wall $(( $(date +%s) - t0 )) s"' >> $W/run.sh
     setsid nohup bash $W/run.sh > $W/log 2>&1 < /dev/null &
     echo "started: GRAFT_ARGS=${GRAFT_ARGS:-}"
-    sleep "${WAIT_S:-540}"; tail -5 $W/log
+    collect "${WAIT_S:-540}"
     ;;
 wait)
     # a bare machine (the last one went back while idle) has no run to wait for: say so at once
     [ -f $W/log ] || { echo "graft_recipe.sh: no run on this machine (it went back while idle?): start again" >&2; exit 1; }
-    end=$(( $(date +%s) + ${WAIT_S:-560} ))
-    while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^graft: exit' $W/log; do sleep 10; done
-    tail -8 $W/log
-    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
-    if grep -q '^graft: exit' $W/log; then
-        # the heads one by one (<= 16 MiB each), the reports and logs in one tar: <= 8 files come back
-        for f in $W/*.gguf; do [ "$f" = $W/$BASE.gguf ] || cp "$f" "$OUT/"; done
-        (cd $W && tar czf "$OUT/reports.tgz" log *.json)
-        ls -la "$OUT"
-    else    # variants that have finished come back now (the machine may go back before the last one ends)
-        cp $W/log "$OUT/graft.log"
-        for name in $(sed -n 's/^variant \([^:]*\): done.*/\1/p' $W/log); do
-            cp $W/$name.json $W/$name.gguf "$OUT/" 2>/dev/null
-        done
-    fi
+    collect "${WAIT_S:-560}"
     ;;
 *) echo "graft_recipe.sh: STEP=store|append|start|wait" >&2; exit 2 ;;
 esac

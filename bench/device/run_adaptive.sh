@@ -16,7 +16,7 @@
 # k=1..6 vs auto. Results land in $OUT (bench-*.txt/json). Knobs: LIMIT (16), NPRED (256),
 # RLIMIT (8), RNPRED (128), SKIP_REALISTIC (0), RUNS ("smol-t0 smol-t07 27b": which benches, in
 # order; "heads" benches every head carried in .dev/heads/ at T=0 and T=0.7; "parallel" compares
-# .dev/par/seq.gguf with the parallel head .dev/par/par4.gguf (bench/parallel_heads.py); "27b-trim" benches the 27B
+# every head stored from .dev/par/ (e.g. seq.gguf and the parallel par4.gguf; bench/parallel_heads.py); "27b-trim" benches the 27B
 # shape's own MTP block untrimmed and with draft vocabularies of TRIM_N ("32768 8192") tokens), AB_ENV (unset;
 # VAR=VALUE runs each bench first with it, see bench() below).
 set -uo pipefail
@@ -27,7 +27,8 @@ say() { echo "[adaptive +$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt"
 for f in .dev/smol/smol.part* .dev/smol/smolxz.part* .dev/smol/smol.sha256; do [ -f "$f" ] && cp "$f" /tmp/smol-parts/; done
 # heads to compare with the shipped one (RUNS=heads): every call stores the .dev/heads/*.gguf it carries
 mkdir -p /tmp/heads && for f in .dev/heads/*.gguf; do [ -f "$f" ] && cp "$f" /tmp/heads/; done
-# RUNS=parallel: the sequential and the parallel head (.dev/par/seq.gguf, par4.gguf), stored the same way
+# RUNS=parallel: every .dev/par/*.gguf (e.g. seq.gguf and par4.gguf), stored the same way, so heads too big for
+# one call ride in several
 mkdir -p /tmp/par && for f in .dev/par/*.gguf; do [ -f "$f" ] && cp "$f" /tmp/par/; done
 REPO=$(pwd)
 export PYMTP_CACHE_DIR=/tmp/pymtp-cache PYTHONUNBUFFERED=1
@@ -110,7 +111,8 @@ for run in ${RUNS:-smol-t0 smol-t07 27b}; do
         done ;;
     parallel)   # issue 18: the parallel head against the sequential one (bench/parallel_heads.py): the draft
                 # cost D_k for k = 1..6 (every draft accepted), then speed at T=0
-        ph=(--head seq=/tmp/par/seq.gguf --head par4=/tmp/par/par4.gguf --prompts mtbench --ngl 99)
+        ph=(--prompts mtbench --ngl 99)   # every head stored in /tmp/par, named by its file
+        for h in /tmp/par/*.gguf; do ph+=(--head "$(basename "$h" .gguf)=$h"); done
         say "parallel heads: draft cost"
         python3 $REPO/bench/parallel_heads.py $smol "${ph[@]}" --draft-cost 6 --limit 8 -n 128 \
             --json $OUT/par-dcost.json > $OUT/par-dcost.txt 2>&1; tail -n 14 $OUT/par-dcost.txt
