@@ -121,6 +121,24 @@ def test_parallel_head_is_lossless_one_decode_a_step(parallel_head, n_draft):
     assert max(len(s["drafted_per_position"]), 0) <= K
 
 
+def test_parallel_head_logprobs_equal_mtp_offs(parallel_head):
+    """Every response field equals MTP off's with a parallel head too: a token's logprob and its top
+    alternatives come from the target's verify rows, whichever pass drafted the token."""
+    from test_logprobs import assert_same_logprobs
+
+    base, head, _ = parallel_head
+    accepted = 0
+    with pymtp.Model(base, mtp="off", n_ctx=256, n_threads=1) as off, open_model(base, head, n_draft=K) as on:
+        for start in (0, 3, 7):
+            prompt = CHECK_SEQ[start:]
+            ref = off.generate(prompt, max_tokens=32, logprobs=3)
+            got = on.generate(prompt, max_tokens=32, logprobs=3)
+            assert got.tokens == ref.tokens
+            assert_same_logprobs(got.logprobs, ref.logprobs, f"prompt from {start}")
+            accepted += got.stats.n_accepted
+    assert accepted > 0  # drafted tokens, from the pass's rows, were among those reported
+
+
 def test_the_pass_drafts_alike_on_the_backend_and_on_the_host(parallel_head, monkeypatch):
     """Greedy drafts of a parallel pass are the argmax of each row, taken where the logits are on a GPU
     (here forced on the CPU backend): pymtp makes its MTP context with room for K outputs per sequence.
