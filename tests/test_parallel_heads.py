@@ -95,6 +95,40 @@ def assert_engine_draft_is_torchs_pass(base_path, head_path, k: int):
     return head
 
 
+def test_step_decay_weights_the_entries(parallel_head):
+    """--step-decay R: entry i of a parallel pass counts R^i in the loss, the total being
+    sum_i R^i KL_i / sum_i R^i (KL_i: entry i's mean over its loss positions); a small R keeps the one
+    block on entry 0."""
+    import contextlib
+
+    from pymtp.graft.gguf_weights import load_base
+    from pymtp.graft.torch_model import BaseModel, MTPHead
+    from pymtp.graft.train import Distiller, TrainConfig
+
+    base_path, head_path = parallel_head[0], parallel_head[1]
+    bg = load_base(base_path, with_sha=False)
+    base = BaseModel(bg)
+    head = MTPHead.from_gguf(bg.hparams, head_path)
+    text = list(CORPUS.encode())
+    x = torch.tensor([text[:64], text[40:104]])
+    valid = torch.ones_like(x, dtype=torch.bool)
+    lmask = valid.clone()
+    lmask[:, :2] = False
+    with torch.no_grad():
+        h = base(x, ())
+    losses = {}
+    for r in (0.5, 0.1, 1.0):
+        cfg = TrainConfig(device="cpu", seq_len=64, chain=1, chain_weight=r, features=False)
+        with torch.no_grad():
+            loss, stats = Distiller(base, head, cfg, torch.device("cpu"), contextlib.nullcontext)(x, valid, lmask, h)
+        assert len(stats) == K
+        w = [r ** i for i in range(K)]
+        assert float(loss) == pytest.approx(sum(wi * st["kl"] for wi, st in zip(w, stats)) / sum(w), rel=1e-4)
+        losses[r] = float(loss)
+    # the later entries' KL is larger (they predict further ahead): weighting them less lowers the total
+    assert losses[0.1] < losses[0.5] < losses[1.0]
+
+
 def test_engine_drafts_the_pass_torch_computes(parallel_head):
     """One engine draft (peek) of K tokens = torch's parallel pass at the last position: the same
     logits for every entry, from one MTP decode."""
@@ -221,6 +255,10 @@ def test_pymtp_info_says_parallel(parallel_head, capsys):
 
 
 @pytest.mark.parametrize("extra,message", [(["--parallel", "1"], "--parallel must be in 2..8"),
+                                           (["--parallel", "3", "--step-decay", "0"], "--step-decay must be in"),
+                                           (["--parallel", "3", "--step-decay", "1.5"], "--step-decay must be in"),
+                                           (["--parallel", "3", "--step-decay", "0.2", "--step-weights", "acceptance"],
+                                            "does not go with --step-weights acceptance"),
                                            (["--parallel", "3", "--heads", "2"], "neither --heads N nor --chain"),
                                            (["--parallel", "3", "--chain", "2"], "neither --heads N nor --chain")])
 def test_parallel_bad_arguments(parallel_head, tmp_path, capsys, extra, message):
@@ -236,8 +274,8 @@ def test_a_parallel_head_from_a_trained_sequential_one(tmp_path):
     base, seq, _ = graft_tiny(tmp_path, "seq")
     args = [a if a != "3e-3" else "1e-12" for a in GRAFT_ARGS]
     par = tmp_path / "par.gguf"
-    assert main(["graft", str(base), "-o", str(par), "--parallel", str(K), "--init-head", str(seq),
-                 "--data-cache", str(tmp_path / "cache"), "--corpus", str(tmp_path / "corpus.txt"), *args]) == 0
+    assert main(["graft", str(base), "-o", str(par), "--parallel", str(K), "--init-head", str(seq), "--step-decay",
+                 "0.2", "--data-cache", str(tmp_path / "cache"), "--corpus", str(tmp_path / "corpus.txt"), *args]) == 0
     r_seq, r_par = gguf.GGUFReader(str(seq)), gguf.GGUFReader(str(par))
     seq_t = {t.name: np.array(t.data) for t in r_seq.tensors}
     par_t = {t.name: np.array(t.data) for t in r_par.tensors}
@@ -247,6 +285,8 @@ def test_a_parallel_head_from_a_trained_sequential_one(tmp_path):
         assert np.allclose(par_t[name].astype(np.float32), w.astype(np.float32), atol=2e-3), name
     assert r_par.get_field("pymtp.graft.parallel").contents() == K
     assert r_par.get_field("pymtp.graft.init_head").contents() == "seq.gguf"
+    assert r_par.get_field("pymtp.graft.step_decay").contents() == pytest.approx(0.2)
+    assert r_seq.get_field("pymtp.graft.step_decay") is None     # the default (0.5) is not written
     # the pass's first entry is the sequential head's own draft: the same first draft token
     m_seq = open_model(base, seq, n_draft=1)
     m_par = open_model(base, par, n_draft=K)

@@ -104,6 +104,10 @@ def register(subparsers) -> None:
                         "acceptance = at each position, the chance the earlier steps' drafts there "
                         "are accepted, so later steps learn where their drafts can count "
                         "(default: geometric)")
+    g.add_argument("--step-decay", type=float, default=0.5, metavar="R",
+                   help="geometric step weights: a later draft step (or parallel entry) counts R times "
+                        "the one before it (0 < R <= 1). A smaller R keeps more of a parallel head's "
+                        "one block on entry 0, the draft every step verifies first (default: 0.5)")
     g.add_argument("--init", choices=("mix", "h", "e"), default="mix",
                    help="eh_proj initialisation: mix = [I/2 | I/2], h = [0 | I], e = [I | 0] "
                         "(default: mix)")
@@ -186,6 +190,9 @@ def validate(args) -> None:
     check(args.gen_batch >= 0, f"--gen-batch must be >= 0 (got {args.gen_batch})")
     check(0 <= args.greedy_frac <= 1, f"--greedy-frac must be in 0..1 (got {args.greedy_frac})")
     check(0 <= args.self_prompts <= 1, f"--self-prompts must be in 0..1 (got {args.self_prompts})")
+    check(0 < args.step_decay <= 1, f"--step-decay must be in (0, 1] (got {args.step_decay})")
+    check(args.step_decay == 0.5 or args.step_weights == "geometric",
+          "--step-decay sets geometric step weights: it does not go with --step-weights acceptance")
     check(args.ce_weight >= 0, f"--ce-weight must be >= 0 (got {args.ce_weight})")
     check(args.cache_gb >= 0, f"--cache-gb must be >= 0 (got {args.cache_gb})")
     check(args.check_prompts >= 0, f"--check-prompts must be >= 0 (got {args.check_prompts})")
@@ -247,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
                           (2 if args.heads == 1 and not args.parallel else 1), parallel=args.parallel,
                           init=args.init, ce_weight=args.ce_weight, cache_gb=args.cache_gb,
                           threads=args.threads, loss_positions=args.loss_positions, heads=args.heads,
-                          features=args.features, step_weights=args.step_weights,
+                          features=args.features, step_weights=args.step_weights, chain_weight=args.step_decay,
                           init_head=str(args.init_head or "")),
         gen=GenConfig(samples=args.samples, gen_tokens=args.gen_tokens, seed=args.seed,
                       greedy_frac=args.greedy_frac, self_prompts=args.self_prompts),
