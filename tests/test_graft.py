@@ -194,21 +194,15 @@ def test_a_head_with_a_draft_vocabulary_trains_on_its_tokens(tiny_llama):
     assert not torch.allclose(kl_full, kl, rtol=1e-2)
 
 
-def check_acceptance_step_weights(base_path, head_path, steps: int):
-    """--step-weights acceptance: a later draft step's loss at a position is weighted by the chance that
-    the earlier steps' drafts for the same anchor are all accepted, prod (1 - TV(base, head)); the total
-    is the weighted mean over every step's rows. Checked against the losses recomputed step by step on
-    the corpus with the trained head: a chained step s at p continues the anchor p - s (its earlier steps
-    sit at p - s .. p - 1), a parallel entry i at p is anchored at p itself. The same walk gives
-    validation's "in_a_row" (greedy drafts accepted in a row, teacher-forced)."""
+def distill_inputs(base_path, head_path):
+    """What a Distiller takes, on the tiny corpus: (base, head, x, valid, lmask, h): two 64-token rows, the
+    second ending at 50, the first two positions of each outside the loss."""
     from pymtp.graft.gguf_weights import load_base
     from pymtp.graft.torch_model import BaseModel, MTPHead
-    from pymtp.graft.train import Distiller, TrainConfig
 
     bg = load_base(base_path, with_sha=False)
     base = BaseModel(bg)
     head = MTPHead.from_gguf(bg.hparams, head_path)
-    parallel = head.parallel
     text = list(CORPUS.encode())
     B, T = 2, 64
     x = torch.tensor([text[:T], text[40:40 + T]])
@@ -216,9 +210,24 @@ def check_acceptance_step_weights(base_path, head_path, steps: int):
     valid[1, 50:] = False
     lmask = valid.clone()
     lmask[:, :2] = False
-    cpu = torch.device("cpu")
     with torch.no_grad():
         h = base(x, ())
+    return base, head, x, valid, lmask, h
+
+
+def check_acceptance_step_weights(base_path, head_path, steps: int):
+    """--step-weights acceptance: a later draft step's loss at a position is weighted by the chance that
+    the earlier steps' drafts for the same anchor are all accepted, prod (1 - TV(base, head)); the total
+    is the weighted mean over every step's rows. Checked against the losses recomputed step by step on
+    the corpus with the trained head: a chained step s at p continues the anchor p - s (its earlier steps
+    sit at p - s .. p - 1), a parallel entry i at p is anchored at p itself. The same walk gives
+    validation's "in_a_row" (greedy drafts accepted in a row, teacher-forced)."""
+    from pymtp.graft.train import Distiller, TrainConfig
+
+    base, head, x, valid, lmask, h = distill_inputs(base_path, head_path)
+    parallel = head.parallel
+    B, T = x.shape
+    cpu = torch.device("cpu")
 
     def run(weights):
         cfg = TrainConfig(device="cpu", seq_len=T, chain=1 if parallel else steps, step_weights=weights,

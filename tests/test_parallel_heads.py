@@ -22,6 +22,7 @@ from test_graft import (
     N_LAYER,
     D,
     check_acceptance_step_weights,
+    distill_inputs,
     expected_head_names,
     graft_tiny,
     joint_first_tokens,
@@ -101,21 +102,9 @@ def test_step_decay_weights_the_entries(parallel_head):
     block on entry 0."""
     import contextlib
 
-    from pymtp.graft.gguf_weights import load_base
-    from pymtp.graft.torch_model import BaseModel, MTPHead
     from pymtp.graft.train import Distiller, TrainConfig
 
-    base_path, head_path = parallel_head[0], parallel_head[1]
-    bg = load_base(base_path, with_sha=False)
-    base = BaseModel(bg)
-    head = MTPHead.from_gguf(bg.hparams, head_path)
-    text = list(CORPUS.encode())
-    x = torch.tensor([text[:64], text[40:104]])
-    valid = torch.ones_like(x, dtype=torch.bool)
-    lmask = valid.clone()
-    lmask[:, :2] = False
-    with torch.no_grad():
-        h = base(x, ())
+    base, head, x, valid, lmask, h = distill_inputs(parallel_head[0], parallel_head[1])
     losses = {}
     for r in (0.5, 0.1, 1.0):
         cfg = TrainConfig(device="cpu", seq_len=64, chain=1, chain_weight=r, features=False)

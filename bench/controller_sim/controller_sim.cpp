@@ -163,13 +163,12 @@ class sim {
     // fixed_k < 0: the controller (k_max = cap); otherwise every step drafts fixed_k (controller off)
     result run(int32_t fixed_k, int32_t cap, int64_t n_tokens, bool plain_only) {
         mtp::controller c;
+        if (m.par > 1) {
+            cap = std::min(cap, m.par); // one decode, at most par drafts a step (as the engine caps k_max)
+        }
         c.k_max  = fixed_k < 0 ? cap : 0;
         c.graphs = m.gpu != 0;
         c.par    = m.par > 1 ? m.par : 0;
-        if (m.par > 1) {
-            cap = std::min(cap, m.par); // one decode, at most par drafts a step (as the engine caps k_max)
-            c.k_max = fixed_k < 0 ? cap : 0;
-        }
         c.cutoff = m.cutoff != 0;
         c.splits = m.load > 1 && m.splits != 0;
         if (m.shared_draft_ms > 0.0) {

@@ -671,7 +671,7 @@ def _settings_key(job: GraftJob, base_g, n_heads: int) -> dict:
         key["parallel"] = cfg.parallel
     if cfg.step_weights != "geometric":
         key["step_weights"] = cfg.step_weights
-    if cfg.chain_weight != 0.5:
+    if cfg.chain_weight != TrainConfig.chain_weight:
         key["step_decay"] = cfg.chain_weight
     if cfg.init_head:
         key["init_head"] = str(Path(cfg.init_head).resolve())
@@ -838,7 +838,7 @@ def _write_head(job: GraftJob, base_g, head, n_heads: int, step: int, final_val:
         provenance["parallel"] = int(cfg.parallel)
     if cfg.step_weights != "geometric":
         provenance["step_weights"] = cfg.step_weights
-    if cfg.chain_weight != 0.5:
+    if cfg.chain_weight != TrainConfig.chain_weight:
         provenance["step_decay"] = float(cfg.chain_weight)
     if cfg.init_head:
         provenance["init_head"] = Path(cfg.init_head).name
