@@ -119,6 +119,11 @@ struct machine {
     int32_t             splits      = 1;
     // > 0: the draft decode's cost as the other slots timed it (llama_mtp_share_costs), known from the start
     double              shared_draft_ms = 0.0;
+    // 1: the controller starts primed with this machine's costs, as the engine's warm-up times them at load on a
+    // GPU (mtp-warmup.cpp, time_warm_sizes); 0: unprimed (PYMTP_WARMUP_PRIOR=0)
+    int32_t             prime           = 1;
+    int32_t             began           = 1; // 1: the controller is told when a generation starts (controller::began)
+    int32_t             start           = 1; // 0: the controller's start rules off (PYMTP_ADAPTIVE_START=0)
 
     double V(int32_t n) const {
         if (n <= (int32_t) v.size()) {
@@ -175,6 +180,14 @@ class sim {
             c.draft_group    = std::make_shared<mtp::controller::draft_costs>();
             c.draft_group->d = mtp::running_mean{ m.shared_draft_ms, 10 };
         }
+        c.start_rules = m.start != 0;
+        if (m.prime && m.start && m.gpu && fixed_k < 0) { // the engine's warm-up timings at load (controller::prime)
+            std::vector<double> t;
+            for (int32_t n = 1; n <= cap + 1; ++n) {
+                t.push_back(m.plain_ms * m.V(n) + m.sample_ms * n + m.hidden_ms);
+            }
+            c.prime(t.data(), (int32_t) t.size(), m.draft_ms, m.switch_ms);
+        }
         c.trace = fixed_k < 0 ? trace : nullptr; // the controller's run only
         result r;
         cold_left = m.cold_n;
@@ -205,6 +218,9 @@ class sim {
                 prev_n = 0;
                 if (!plain_only && mtp_on(fixed_k) && !c.asleep) { // asleep, the engine writes no MTP rows
                     pending += m.prefill_ms;
+                }
+                if (m.began) {
+                    c.began(); // as the engine tells it (llama_mtp_prefill; a caller's position going back)
                 }
                 r.tokens += 1;
                 continue;
@@ -505,6 +521,9 @@ int main(int argc, char ** argv) {
             { "gpu", [&](const char * x) { m.gpu                 = std::atoi(x); } },
             { "load", [&](const char * x) { m.load               = std::max(1, std::atoi(x)); } },
             { "cutoff", [&](const char * x) { m.cutoff           = std::atoi(x); } },
+            { "prime", [&](const char * x) { m.prime = std::atoi(x); } },
+            { "began", [&](const char * x) { m.began = std::atoi(x); } },
+            { "start", [&](const char * x) { m.start = std::atoi(x); } },
             { "splits", [&](const char * x) { m.splits           = std::atoi(x); } },
             { "shared_draft_ms", [&](const char * x) { m.shared_draft_ms = std::atof(x); } },
             { "tokens", [&](const char * x) { n_tokens           = std::atoll(x); } },

@@ -78,6 +78,9 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
     // (mtp-adaptive.h, split_floor); PYMTP_ADAPTIVE_ALONE=1: the controller neither knows that nor shares the
     // draft cost with the slots beside it (llama_mtp_share_costs), as before (A/B runs)
     m->ctrl.splits = !mtp::adaptive_alone() && mtp::splits_uneven_batches(ctx_tgt);
+    if (const char * env = std::getenv("PYMTP_ADAPTIVE_START"); env != nullptr && std::strcmp(env, "0") == 0) {
+        m->ctrl.start_rules = false; // A/B runs: the controller's start without its rules (mtp-adaptive.h)
+    }
     // diagnosis (mtp-adaptive.h, trace_step): every engine of the process, MTP on or off, adaptive or a fixed length,
     // appends its steps to the one file; NULL: not traced
     if (const char * trace = std::getenv("PYMTP_ADAPTIVE_TRACE"); trace != nullptr && *trace) {
@@ -123,6 +126,7 @@ int32_t llama_mtp_prefill(llama_mtp * m, const llama_token * toks, int32_t n) {
         return LLAMA_MTP_ERR_CTX_FULL;
     }
     const auto t0 = mtp::clock_type::now();
+    m->ctrl.began(); // a generation starts: its first steps carry its start (mtp-adaptive.h, GEN_COLD)
 
     // longest common prefix with the KV; at least the last token is decoded again
     int32_t c = 0;
@@ -609,7 +613,11 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     // (a server of one slot only: with several, measured on the CPU, 4 slots ran 0.88x of plain with these
     // windows against 1.00x without them, in runs of three rounds each), and traced as the own loop's steps
     const auto t_entry = mtp::clock_type::now();
-    if (m->caller_pos >= 0 && pos > m->caller_pos && pos - m->caller_pos <= m->ctrl.k_max + 1) {
+    const bool next    = m->caller_pos >= 0 && pos > m->caller_pos && pos - m->caller_pos <= m->ctrl.k_max + 1;
+    if (!next) {
+        m->ctrl.began(); // not the step after the last one: a new generation (a request) on this sequence
+    }
+    if (next) {
         const int32_t n_out   = pos - m->caller_pos;
         const double  step_ms = std::chrono::duration<double, std::milli>(t_entry - m->caller_t).count();
         if (m->caller_single && !m->ctrl.asleep) {

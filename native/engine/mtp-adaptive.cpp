@@ -208,6 +208,8 @@ int32_t controller::plan(int32_t k_cap) {
         return k_cap;
     }
     aged();
+    step_gen = gen_cold > 0;
+    gen_cold = std::max(0, gen_cold - 1);
     k_cap           = std::min(k_cap, k_max);
     step_cap        = k_cap;
     // nothing to draft, or the plain cost is not measured yet, or (several sequences) not measured steady at
@@ -301,7 +303,7 @@ void controller::stepped(int32_t n_tok, double ms) {
     // length costs: blocks and windows leave it out. (H100, SmolLM2, T=0.7: the first plain steps after
     // waking took 3-5 ms against 1.2, the plain block holding them ran dear for several blocks, and k=1
     // blocks, 18% behind plain per token, ran 238 steps.)
-    const bool cold = step_cold;
+    const bool cold = step_cold || step_gen;
     step_cold       = false;
     if (hold && ++blk_seen > BLK_SKIP && k_last == block_k && !cold) { // block mode: its steady steps, end to end
         const double unit = block_unit();
@@ -460,6 +462,10 @@ int32_t controller::plan_block(int32_t k_cap) {
         // cost ~3%).
         const bool   up_new    = own_loop && best_k + 1 <= k_cap && !known(best_k + 1);
         const bool   dn_new    = own_loop && best_k >= 1 && !known(best_k - 1);
+        // Where the warm-up timed every size (primed), the model's costs of lengths not yet run are measured ones:
+        // no block sweeps the far ones (the simulated 27B shape, 128-token answers: sweeping k=5..7 cost ~2% of a
+        // fresh server's first 2048 tokens). The neighbours still get theirs: they measure acceptance too.
+        const bool   sweep     = own_loop && !primed;
         // farther lengths not yet run that the model puts near the choice get a short block each, nearest
         // first: the model's verify costs come from the sizes run so far, and a curve flat near the top
         // (H100 27B shape: k=5..8 within 2%, a 9-token verify a matmul no dearer than 8 tokens) would
@@ -469,7 +475,7 @@ int32_t controller::plan_block(int32_t k_cap) {
         // k=2 sweep block had cost 8 steps at ~20% loss)
         int32_t      far       = -1;
         const double best_rate = rate_k(best_k);
-        for (int32_t d = 2; own_loop && far < 0 && d <= k_cap; ++d) {
+        for (int32_t d = 2; sweep && far < 0 && d <= k_cap; ++d) {
             for (const int32_t k : { best_k - d, best_k + d }) {
                 if (far < 0 && k >= 1 && k <= k_cap && !known(k) && rate_k(k) >= SWEEP * best_rate) {
                     far = k;
@@ -488,7 +494,11 @@ int32_t controller::plan_block(int32_t k_cap) {
         // the length this block tries instead of the choice, a probe half a block long (-1: none)
         int32_t    probe_k = -1;
         const bool cannot  = hopeless(k_cap); // no drafting probe: acceptance cannot make it pay
-        if (woke && best_k == 0 && k_cap >= 1 && !cannot) {
+        // nothing drafted yet in this mode: acceptance is the prior's, and only drafting measures it. A first block
+        // probes the best drafting length (primed with this machine's costs, the prior's acceptance can put plain
+        // decoding ahead where every length pays: the simulated Gemma 3 270M on an H200 ran 65 plain steps first)
+        const bool unmeasured = start_rules && acc[mode][0].n <= 0.0;
+        if ((woke || unmeasured) && best_k == 0 && k_cap >= 1 && !cannot) {
             probe_k = best_draft_k;
         } else if (alt >= 0 && alt <= k_cap && alt != best_k && !(alt > 0 && cannot)) {
             const double  gap   = best_rate / std::max(rate_k(alt), 1e-12);
@@ -624,7 +634,7 @@ void controller::timed_target(int32_t n, int32_t n_load, double ms) {
     bool &     held   = size_held[load - 1][n - 1];
     // a new engine or one just woken (its first decodes build graphs, warm caches), or a decode that
     // builds or captures this size's graphs: untimed
-    const bool cold   = cold_targets > 0 || (graphs && (!met || (repeat && !held)));
+    const bool cold   = cold_targets > 0 || step_gen || (graphs && (!met || (repeat && !held)));
     held              = held || (met && repeat);
     met               = true;
     if (cold) {
@@ -721,6 +731,27 @@ void controller::trace_step(int32_t k_plan, int32_t k, int32_t n_out, double dra
                  real_draft.get(), (int) vetoed(), (int) clear(), (int) blocky(), accept(0, -1.0f), accept(3, -1.0f),
                  load, seq, (int) on(), trace_id);
     std::fflush(trace);
+}
+
+void controller::prime(const double * t_ms, int32_t n_sizes, double d_ms, double s_ms) {
+    if (pinned) {
+        return;
+    }
+    for (int32_t n = 1; n <= std::min(n_sizes, K + 1); ++n) {
+        if (t_ms[n - 1] > 0.0) {
+            target[0][n - 1]      = running_mean{ t_ms[n - 1], PRIOR_N };
+            steady_seen[0][n - 1] = true;
+            size_met[0][n - 1]    = true; // its graphs were built and captured at load
+            size_held[0][n - 1]   = true;
+        }
+    }
+    primed = n_sizes >= 2 && t_ms[0] > 0.0;
+    if (d_ms > 0.0) {
+        draft_own = running_mean{ d_ms, PRIOR_N };
+    }
+    if (s_ms >= 0.0) {
+        switching = running_mean{ s_ms, PRIOR_N };
+    }
 }
 
 void controller::pin_costs(double plain_ms, double draft_ms, double verify_extra_ms) {

@@ -245,6 +245,20 @@ struct controller {
     int32_t cold_targets       = COLD_TARGETS; // target decodes left untimed (the same)
     int32_t cold_catchups      = COLD_DRAFTS;  // catch-up decodes left untimed (the same)
     bool    step_cold          = false;        // a decode of the step under way went untimed as cold
+    // A new generation's first steps carry its start: the prompt's MTP catch-up lands in the first timed part,
+    // and on a GPU each decode size's graph is captured again at its first use (new KV window). With 128-token
+    // answers a block of 16 steps meets a start every ~3 blocks, and whichever length ran across one looked
+    // dear: the simulated 27B shape chose k=2 for 50 steps after such a block. Those steps are left out of
+    // every timing (began: GEN_COLD steps from the next plan on).
+    static constexpr int32_t GEN_COLD = 2;
+    int32_t gen_cold  = 0;     // steps of a new generation still to leave untimed
+    bool    step_gen  = false; // the step under way is one of them
+    // a new generation (sequence) starts on this engine: its first steps go untimed
+    void    began() { gen_cold = start_rules ? GEN_COLD : 0; }
+    // The rules of a fresh engine's start: primed costs (prime), a new generation's first steps untimed (began),
+    // a first drafting block while acceptance is unmeasured (plan_block). PYMTP_ADAPTIVE_START=0 in the
+    // environment turns all three off (A/B runs against the controller without them).
+    bool    start_rules = true;
     bool    catchup_met[K + 1] = {};           // a catch-up decode of this many rows has been seen (GPU: captured)
     bool    window_check       = false;        // the current window runs the policy that is behind
     double  window_tok         = 0.0;
@@ -483,6 +497,9 @@ struct controller {
     // hundreds of steps, long enough to send the MTP side to sleep where k=2 ran 1.09x of MTP off.
     void timed_catchup(int32_t n, double ms) {
         bool & met = catchup_met[std::clamp(n, 1, K + 1) - 1];
+        if (step_gen) {
+            return;
+        }
         if (cold_catchups > 0 || (graphs && !met)) {
             step_cold     = true;
             cold_catchups = std::max(0, cold_catchups - 1);
@@ -495,6 +512,9 @@ struct controller {
     }
     // a draft decode and its draft choice took ms (learned while on); rows > 0: a parallel head's pass of rows
     void timed_draft(double ms, int32_t rows = 0) {
+        if (step_gen) {
+            return;
+        }
         if (rows > 0 && !pass_warm(rows)) {
             step_cold = true;
             return;
@@ -550,6 +570,14 @@ struct controller {
     int64_t     n_seen   = 0; // steps traced
     int32_t     trace_id = 0; // the engine's number among the process's traced ones (1, 2, ...)
 
+    // Costs measured at load: the engine's warm-up on a GPU (mtp-warmup.cpp, time_warm_sizes) times each target
+    // decode size 1..n_sizes at load 1 with its graphs captured (t_ms[n - 1]), a lone draft decode (D) and a change
+    // of decode size (S). Each stands as PRIOR_N samples, so the first steps plan with measured costs (and block
+    // mode starts at once where S is dear) instead of plain steps and probes that time them; the decodes of the
+    // requests take over as they come (running means). Costs of 0 or less are left unmeasured.
+    static constexpr int64_t PRIOR_N = 12;
+    bool                     primed  = false; // prime() timed the target's decode sizes
+    void                     prime(const double * t_ms, int32_t n_sizes, double d_ms, double s_ms);
     void pin_costs(double plain_ms, double draft_ms, double verify_extra_ms);
     void reset_stats();
     void fill_stats(llama_mtp_adaptive_stats * out) const;

@@ -301,6 +301,9 @@ struct llama_mtp {
     // each target decode size 1..warm_sizes() twice as a step makes it (with_mtp: and the MTP decodes after it,
     // drafts following draft_chain, nullptr: greedy), all removed again; the sizes done before a decode failed
     int32_t warm_decodes(llama_sampler * draft_chain, bool with_mtp);
+    // after warm_decodes: each warmed size, a lone draft row and changes of size timed warm, as the controller's
+    // prior (controller::prime)
+    void    time_warm_sizes();
     // the same for a request's way of sampling (llama_mtp_set_target_sampling: the backend samplers it attaches
     // change every size's graphs), once per way, on an empty context; the request's state is left untouched
     void    warm_sampling(llama_sampler * chain);

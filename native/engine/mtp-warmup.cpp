@@ -78,11 +78,67 @@ int32_t llama_mtp::warm_decodes(llama_sampler * draft_chain, bool with_mtp) {
     return n_done;
 }
 
+// The adaptive controller's prior (mtp-adaptive.h, prime), right after the warm-up built and captured every size's
+// graphs: each target decode size once more as a repeat (what it costs warm), a lone draft row (D), and decodes that
+// change size (S: what one costs over its warm repeat). A fresh engine then plans its first steps with costs of this
+// machine, not with plain steps and probes that time them. (PYMTP_ADAPTIVE_START=0: not primed; mtp-adaptive.h.)
+void llama_mtp::time_warm_sizes() {
+    if (!ctrl.start_rules) {
+        return;
+    }
+    const int32_t n_max = n_warmed;
+    if (n_max < 1) {
+        return;
+    }
+    const llama_token              tok = warm_token(vocab, n_vocab);
+    const std::vector<llama_token> toks(n_max, tok);
+    auto                           timed = [&](int32_t n) {
+        const auto t0 = mtp::clock_type::now();
+        const bool ok = decode_target(toks.data(), n, 0, n > 1, true) == LLAMA_MTP_OK;
+        llama_synchronize(ctx_tgt);
+        const double ms = mtp::ms_since(t0);
+        truncate_target_to(0);
+        return ok ? ms : -1.0;
+    };
+    std::vector<double> t(n_max, -1.0);
+    for (int32_t n = 1; n <= n_max; ++n) {
+        timed(n);            // the size's graph back in use
+        t[n - 1] = timed(n); // a repeat: warm
+    }
+    double  s   = 0.0;
+    int32_t n_s = 0;
+    for (int32_t rep = 0; rep < 2 && n_max >= 2 && t[0] > 0.0 && t[n_max - 1] > 0.0; ++rep) {
+        timed(n_max);
+        const double a = timed(1); // a plain decode after a verify
+        const double b = timed(n_max);
+        if (a > 0.0 && b > 0.0) {
+            s += std::max(0.0, a - t[0]) + std::max(0.0, b - t[n_max - 1]);
+            n_s += 2;
+        }
+    }
+    // D: a lone draft row after a one-token step, the second time (several heads make no lone row)
+    double d = -1.0;
+    for (int32_t rep = 0; rep < 2 && !multi(); ++rep) {
+        bool ok = decode_target(toks.data(), 1, 0, false, true) == LLAMA_MTP_OK &&
+                  catch_up(toks.data(), 1, 0, /*for_draft*/ true) == LLAMA_MTP_OK &&
+                  draft_at(1, tok, h_at(0), 1, nullptr, /*keep_first*/ true) == LLAMA_MTP_OK;
+        const auto t0 = mtp::clock_type::now();
+        ok            = ok && draft_at(2, tok, h_at(1), 1, nullptr, /*keep_first*/ true) == LLAMA_MTP_OK;
+        d             = ok ? mtp::ms_since(t0) : -1.0;
+        truncate_target_to(0);
+        truncate_mtp_to(0);
+    }
+    drafts.clear();
+    q.clear();
+    ctrl.prime(t.data(), n_max, d, n_s > 0 ? s / n_s : -1.0);
+}
+
 void llama_mtp::warm_up() {
     if (ctx_mtp == nullptr || !warms_up()) {
         return;
     }
     n_warmed   = warm_decodes(nullptr, /*with_mtp*/ true);
+    time_warm_sizes();
     stats      = llama_mtp_stats{};
     warmed_way = way_of(mtp::backend_pick::none, mtp::backend_pick::greedy);
 }
