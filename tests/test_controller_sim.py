@@ -172,18 +172,21 @@ def test_cheap_returns_to_plain_do_not_drag_the_plain_cost_down(sim):
 def test_recaptures_make_lengths_run_now_and_then_dear(sim):
     """Every graph's properties change at each 256-cell step of the KV window and at each new answer, and
     each size's next decode re-captures its CUDA graph (recapture_ms): a length the controller runs once in
-    a while pays it again and again, a fixed length once per change. With it the built-in model's H200
-    preset shows the device's gap between auto and the best fixed length; without it, most of it goes."""
+    a while pays it again and again, a fixed length once per change. Without the start rules (start=0) the
+    built-in model's H200 preset shows the device's gap between auto and the best fixed length; with them a
+    new answer's first steps go untimed (controller::began) and the gap closes."""
     def runs(*settings):
         res = [sim("smol-v3-h200", RECORDED_CAP, *settings, f"seed={seed}")["runs"] for seed in range(1, 9)]
         return {name: sum(r[name]["speedup"] for r in res) / len(res) for name in ("k=2", "k=3", "auto")}
     with_ = runs()
     without = runs("recapture_ms=0")
+    legacy = runs("start=0")
     assert without["k=3"] > with_["k=3"] > 1.0, (with_, without)
 
     def gap(r):
         return r["auto"] / max(r["k=2"], r["k=3"])
-    assert gap(with_) < gap(without), (with_, without)
+    assert gap(legacy) < gap(without), (legacy, without)
+    assert gap(legacy) < gap(with_) and gap(with_) >= 0.98, (legacy, with_)
 
 
 @pytest.mark.parametrize("seed", [2, 5, 7])
@@ -194,7 +197,7 @@ def test_one_hard_stretch_does_not_sleep_through_the_easy_text_after_it(sim, see
     (1024-3072 steps; 0.91-0.95 of the best fixed length on these seeds). The recent acceptance is drawn
     towards the long-run one as it goes stale (half after 128 steps without a verified draft)."""
     res = sim("smol-v3-h200", "acc_spread=0", "hard_at=1000", "hard_tokens=300", "hard_factor=0.6", f"seed={seed}")
-    assert res["auto"]["dormant"] == 0, res["auto"]
+    assert res["auto"]["dormant"] <= 1024, res["auto"]   # at most the shortest sleep (SLEEP_MIN), not the easy text
     assert res["runs"]["auto"]["speedup"] >= 0.95 * best_fixed(res), (res["runs"]["auto"], best_fixed(res))
 
 

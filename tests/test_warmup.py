@@ -108,3 +108,32 @@ def test_a_request_s_way_of_sampling_is_warmed_and_changes_nothing(gen, arch, mt
         assert [getattr(w.stats, f) for f in counted] == [getattr(c.stats, f) for f in counted]
     if mtp == "on":
         assert sum(c.stats.n_accepted for c in cold) > 0
+
+
+def adaptive_estimates(path, monkeypatch, start: str) -> dict:
+    """A fresh adaptive engine's cost estimates before its first step (PYMTP_WARMUP=1: the GPU's warm-up)."""
+    from pymtp.engine.stats import adaptive_dict
+
+    monkeypatch.setenv("PYMTP_WARMUP", "1")
+    monkeypatch.setenv("PYMTP_ADAPTIVE_START", start)
+    with pymtp.Model(path, n_ctx=256, n_batch=64, n_threads=1, n_gpu_layers=NGL, mtp="on", n_draft="auto") as m:
+        a = L.llama_mtp_adaptive_stats()
+        m.rt.lib.llama_mtp_get_adaptive_stats(m.rt.engine, C.byref(a))
+        est = adaptive_dict(a)
+        est["est_verify_ms"] = [float(a.t_target_ms[n]) for n in range(1, 4)]  # k_max is set per generation
+        # the engine still starts empty and generates as before
+        est["tokens"] = m.generate(PROMPTS[0], max_tokens=16).tokens
+    return est
+
+
+def test_the_warm_up_primes_the_adaptive_controller(tiny_model_path, monkeypatch):
+    """The warm-up times each verify size, a lone draft row and a change of size once its graphs are warm,
+    and a fresh engine's controller plans its first step with those costs (controller::prime) instead of
+    plain steps that time them; PYMTP_ADAPTIVE_START=0 leaves it unprimed, as before."""
+    path = tiny_model_path("glm4moe")
+    primed = adaptive_estimates(path, monkeypatch, "1")
+    unprimed = adaptive_estimates(path, monkeypatch, "0")
+    assert primed["est_plain_ms"] > 0 and all(v > 0 for v in primed["est_verify_ms"]), primed
+    assert primed["est_draft_ms"] > 0, primed
+    assert unprimed["est_plain_ms"] == 0.0, unprimed   # nothing timed before the first step
+    assert primed["tokens"] == unprimed["tokens"]       # only speed depends on it

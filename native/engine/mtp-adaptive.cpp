@@ -498,7 +498,17 @@ int32_t controller::plan_block(int32_t k_cap) {
         // probes the best drafting length (primed with this machine's costs, the prior's acceptance can put plain
         // decoding ahead where every length pays: the simulated Gemma 3 270M on an H200 ran 65 plain steps first)
         const bool unmeasured = start_rules && acc[mode][0].n <= 0.0;
-        if ((woke || unmeasured) && best_k == 0 && k_cap >= 1 && !cannot) {
+        if (unmeasured && best_k == 0 && k_cap >= 1 && !cannot) {
+            // the length that would be best at a high acceptance (OPTIMISM per position): a probe that only
+            // a short length could pay for would tell nothing of the longer ones (the simulated Gemma 3 270M
+            // on an H200: a k=1 probe lost to plain where k=5 ran 1.3x, and the engine slept)
+            probe_k = 1;
+            for (int32_t k = 2; k <= k_cap; ++k) {
+                const double e = (1.0 - std::pow(OPTIMISM, k + 1)) / (1.0 - OPTIMISM);
+                const double e1 = (1.0 - std::pow(OPTIMISM, probe_k + 1)) / (1.0 - OPTIMISM);
+                probe_k = e / time_k(k) > e1 / time_k(probe_k) ? k : probe_k;
+            }
+        } else if (woke && best_k == 0 && k_cap >= 1 && !cannot) {
             probe_k = best_draft_k;
         } else if (alt >= 0 && alt <= k_cap && alt != best_k && !(alt > 0 && cannot)) {
             const double  gap   = best_rate / std::max(rate_k(alt), 1e-12);

@@ -259,6 +259,7 @@ struct controller {
     // a first drafting block while acceptance is unmeasured (plan_block). PYMTP_ADAPTIVE_START=0 in the
     // environment turns all three off (A/B runs against the controller without them).
     bool    start_rules = true;
+    static constexpr double OPTIMISM = 0.85; // the first probe's length: the best if each draft accepted this often
     bool    catchup_met[K + 1] = {};           // a catch-up decode of this many rows has been seen (GPU: captured)
     bool    window_check       = false;        // the current window runs the policy that is behind
     double  window_tok         = 0.0;
