@@ -232,7 +232,8 @@ def machine_record(upstream: Path, pymtp_bin: Path) -> dict:
             "pymtp_commit": _run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"]),
             "pymtp_dirty": bool(_run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])),
             "upstream_commit": vendor.UPSTREAM_COMMIT, "upstream_bin": str(upstream), "pymtp_bin": str(pymtp_bin),
-            "upstream_version": _run([str(upstream), "--version"]), "pymtp_version": _run([str(pymtp_bin), "--version"])}
+            "upstream_version": _run([str(upstream), "--version"]),
+            "pymtp_version": _run([str(pymtp_bin), "--version"])}
 
 
 def row_of(r: dict) -> dict:

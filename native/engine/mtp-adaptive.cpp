@@ -208,8 +208,8 @@ int32_t controller::plan(int32_t k_cap) {
         return k_cap;
     }
     aged();
-    step_gen = gen_cold > 0;
-    gen_cold = std::max(0, gen_cold - 1);
+    step_gen        = gen_cold > 0;
+    gen_cold        = std::max(0, gen_cold - 1);
     k_cap           = std::min(k_cap, k_max);
     step_cap        = k_cap;
     // nothing to draft, or the plain cost is not measured yet, or (several sequences) not measured steady at
@@ -400,129 +400,7 @@ int32_t controller::plan_block(int32_t k_cap) {
     if (block_left > 0 && block_k >= 0 && !ends) {
         block_left--;
     } else {
-        // blocks long enough that their two changes of size cost at most BLOCK_SHARE of their plain steps
-        // (H100, SmolLM2: a change costs ~6 ms, 4-5 plain steps: 16-step blocks with an 8-step probe every
-        // 8th spent ~7% on changes)
-        const int32_t blen = block_len();
-        // the block that ended, end to end (own loop): the time per step its length realized
-        if (block_k >= 0 && blk_steps >= 3) {
-            blk[std::clamp(block_k, 0, K)].add(blk_time, blk_steps, BLK_KEEP);
-        }
-        blk_time  = 0.0;
-        blk_steps = blk_seen = blk_age = 0;
-        // each length's time per step: realized where its blocks ran (only the engine's own loop times
-        // blocks), else modelled and scaled by realized/modelled over the lengths that ran (the model
-        // misses what lands between its timed parts)
-        const double unit              = block_unit(); // realized block costs are kept in this unit
-        double       real = 0.0, model = 0.0;
-        for (int32_t k = 0; k <= k_cap; ++k) {
-            if (blk[k].n > 0.0) {
-                real += blk[k].get() * unit;
-                model += step_time(k);
-            }
-        }
-        const double  scale    = model > 0.0 ? real / model : 1.0;
-        auto          time_k   = [&](int32_t k) { return blk[k].n > 0.0 ? blk[k].get() * unit : scale * step_time(k); };
-        auto          rate_k   = [&](int32_t k) { return tokens(k) / std::max(time_k(k), 1e-12); };
-        // a new block: the best steady rate, a change of size charged over the block (after a block that
-        // ended as it lost, to none of plain decoding: it would only keep the losing length)
-        const int32_t cur      = block_k < 0 || ends ? 0 : block_k;
-        auto          rate_now = [&](int32_t k) {
-            return tokens(k) / (time_k(k) + (k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / blen));
-        };
-        int32_t best_k = 0;
-        double  best   = 0.0;
-        for (int32_t k = 1; k <= k_cap; ++k) {
-            const double r = rate_now(k);
-            if (r > best) {
-                best   = r;
-                best_k = k;
-            }
-        }
-        // the best drafting length must beat plain decoding by LEAD; where both ran as blocks (realized,
-        // end to end) only by plain's awake surplus: the model's error is not in them (the H100, the
-        // built-in model at T=0: fixed k=2 ran 1.07x of MTP off, its modelled lead was 4%)
-        const bool both_ran = blk[0].n > 0.0 && blk[best_k].n > 0.0;
-        if (best_k == 0 || best <= (both_ran ? 1.0 / (1.0 - AWAKE) : LEAD) * rate_now(0)) {
-            best   = rate_now(0);
-            best_k = 0;
-        }
-        auto known           = [&](int32_t k) { return k >= 0 && k <= k_cap && blk[k].n > 0.0; };
-        block_k              = best_k;
-        int32_t best_draft_k = 1; // the best drafting length (probed on waking; how far behind plain it is)
-        for (int32_t k = 2; k <= k_cap; ++k) {
-            best_draft_k = rate_k(k) > rate_k(best_draft_k) ? k : best_draft_k;
-        }
-        behind                 = best_k > 0 ? 1.0 : lag(rate_k(0), rate_k(best_draft_k));
-        // neighbours: an unmeasured one gets the next block, a short one (so the lengths around the
-        // choice are soon measured and the choice climbs to the best in a few blocks), otherwise every
-        // 8th block in turn k+1, k-1, plain (only where blocks are timed: the engine's own loop;
-        // llama-server's slots keep every 8th). A measured neighbour far behind is tried rarely: each
-        // such block costs in proportion to the gap (the CPU, plain far ahead: a k=1 block every 8th had
-        // cost ~3%).
-        const bool   up_new    = own_loop && best_k + 1 <= k_cap && !known(best_k + 1);
-        const bool   dn_new    = own_loop && best_k >= 1 && !known(best_k - 1);
-        // Where the warm-up timed every size (primed), the model's costs of lengths not yet run are measured ones:
-        // no block sweeps the far ones (the simulated 27B shape, 128-token answers: sweeping k=5..7 cost ~2% of a
-        // fresh server's first 2048 tokens). The neighbours still get theirs: they measure acceptance too.
-        const bool   sweep     = own_loop && !primed;
-        // farther lengths not yet run that the model puts near the choice get a short block each, nearest
-        // first: the model's verify costs come from the sizes run so far, and a curve flat near the top
-        // (H100 27B shape: k=5..8 within 2%, a 9-token verify a matmul no dearer than 8 tokens) would
-        // keep a neighbour-by-neighbour climb far from the best (k=8 run for 60 steps where 4 was best)
-        // While plain leads (best_k = 0), k=1 is the neighbour that tells whether drafting pays at all;
-        // longer lengths are swept only once some drafting length leads (on the CPU, plain far ahead, a
-        // k=2 sweep block had cost 8 steps at ~20% loss)
-        int32_t      far       = -1;
-        const double best_rate = rate_k(best_k);
-        for (int32_t d = 2; sweep && far < 0 && d <= k_cap; ++d) {
-            for (const int32_t k : { best_k - d, best_k + d }) {
-                if (far < 0 && k >= 1 && k <= k_cap && !known(k) && rate_k(k) >= SWEEP * best_rate) {
-                    far = k;
-                }
-            }
-        }
-        const int32_t turn  = (int32_t) (n_blocks / 8 % 3);
-        const int32_t alt   = up_new    ? best_k + 1 :
-                              dn_new    ? best_k - 1 :
-                              far >= 0  ? far :
-                              turn == 0 ? best_k + 1 :
-                              turn == 1 ? best_k - 1 :
-                                          0;
-        const bool    fresh = up_new || dn_new || far >= 0;
-        n_blocks++;
-        // the length this block tries instead of the choice, a probe half a block long (-1: none)
-        int32_t    probe_k = -1;
-        const bool cannot  = hopeless(k_cap); // no drafting probe: acceptance cannot make it pay
-        // nothing drafted yet in this mode: acceptance is the prior's, and only drafting measures it. A first block
-        // probes the best drafting length (primed with this machine's costs, the prior's acceptance can put plain
-        // decoding ahead where every length pays: the simulated Gemma 3 270M on an H200 ran 65 plain steps first)
-        const bool unmeasured = start_rules && acc[mode][0].n <= 0.0;
-        if (unmeasured && best_k == 0 && k_cap >= 1 && !cannot) {
-            // the length that would be best at a high acceptance (OPTIMISM per position): a probe that only
-            // a short length could pay for would tell nothing of the longer ones (the simulated Gemma 3 270M
-            // on an H200: a k=1 probe lost to plain where k=5 ran 1.3x, and the engine slept)
-            probe_k = 1;
-            for (int32_t k = 2; k <= k_cap; ++k) {
-                const double e = (1.0 - std::pow(OPTIMISM, k + 1)) / (1.0 - OPTIMISM);
-                const double e1 = (1.0 - std::pow(OPTIMISM, probe_k + 1)) / (1.0 - OPTIMISM);
-                probe_k = e / time_k(k) > e1 / time_k(probe_k) ? k : probe_k;
-            }
-        } else if (woke && best_k == 0 && k_cap >= 1 && !cannot) {
-            probe_k = best_draft_k;
-        } else if (alt >= 0 && alt <= k_cap && alt != best_k && !(alt > 0 && cannot)) {
-            const double  gap   = best_rate / std::max(rate_k(alt), 1e-12);
-            const int64_t every = fresh ? 1 : (int64_t) (8.0 * std::clamp(std::pow(gap, 8.0), 1.0, 16.0));
-            probe_k             = ++blk_since_probe >= every ? alt : -1;
-        }
-        blk_probe = probe_k >= 0;
-        if (blk_probe) {
-            blk_since_probe = 0;
-            block_k         = probe_k;
-            probing         = true;
-            n_probes++;
-        }
-        block_left = (blk_probe ? blen / 2 : blen) - 1;
+        new_block(k_cap, woke, ends);
     }
     const int32_t k = std::min(block_k, k_cap);
     // every step of a block that tries a drafting neighbour is a probe (the engine's own loop does not
@@ -531,6 +409,148 @@ int32_t controller::plan_block(int32_t k_cap) {
     plain           = k == 0 && !probing;
     rate            = ratio(k);
     return k;
+}
+
+controller::block_view::block_view(const controller & c, int32_t k_cap) : c(c), k_cap(k_cap), unit(c.block_unit()) {
+    double real = 0.0, model = 0.0;
+    for (int32_t k = 0; k <= k_cap; ++k) {
+        if (c.blk[k].n > 0.0) {
+            real += c.blk[k].get() * unit;
+            model += c.step_time(k);
+        }
+    }
+    scale = model > 0.0 ? real / model : 1.0;
+}
+
+void controller::end_block() {
+    if (block_k >= 0 && blk_steps >= 3) {
+        blk[std::clamp(block_k, 0, K)].add(blk_time, blk_steps, BLK_KEEP);
+    }
+    blk_time  = 0.0;
+    blk_steps = blk_seen = blk_age = 0;
+}
+
+void controller::new_block(int32_t k_cap, bool woke, bool ends) {
+    // blocks long enough that their two changes of size cost at most BLOCK_SHARE of their plain steps
+    // (H100, SmolLM2: a change costs ~6 ms, 4-5 plain steps: 16-step blocks with an 8-step probe every
+    // 8th spent ~7% on changes)
+    const int32_t blen = block_len();
+    end_block(); // the block that ended, end to end (own loop): the time per step its length realized
+    const block_view v(*this, k_cap);
+    const int32_t    best_k = block_choice(v, block_k < 0 || ends ? 0 : block_k, blen);
+    block_k                 = best_k;
+    int32_t best_draft_k    = 1; // the best drafting length (probed on waking; how far behind plain it is)
+    for (int32_t k = 2; k <= k_cap; ++k) {
+        best_draft_k = v.rate(k) > v.rate(best_draft_k) ? k : best_draft_k;
+    }
+    behind                = best_k > 0 ? 1.0 : lag(v.rate(0), v.rate(best_draft_k));
+    const int32_t probe_k = block_probe(v, best_k, best_draft_k, woke);
+    blk_probe             = probe_k >= 0;
+    if (blk_probe) {
+        blk_since_probe = 0;
+        block_k         = probe_k;
+        probing         = true;
+        n_probes++;
+    }
+    block_left = (blk_probe ? blen / 2 : blen) - 1;
+}
+
+int32_t controller::block_choice(const block_view & v, int32_t cur, int32_t blen) const {
+    // a new block: the best steady rate, a change of size charged over the block (after a block that
+    // ended as it lost, to none of plain decoding: it would only keep the losing length)
+    auto rate_now = [&](int32_t k) {
+        return tokens(k) / (v.time(k) + (k == cur ? 0.0 : 2.0 * std::max(0.0, switching.v) / blen));
+    };
+    int32_t best_k = 0;
+    double  best   = 0.0;
+    for (int32_t k = 1; k <= v.k_cap; ++k) {
+        const double r = rate_now(k);
+        if (r > best) {
+            best   = r;
+            best_k = k;
+        }
+    }
+    // the best drafting length must beat plain decoding by LEAD; where both ran as blocks (realized,
+    // end to end) only by plain's awake surplus: the model's error is not in them (the H100, the
+    // built-in model at T=0: fixed k=2 ran 1.07x of MTP off, its modelled lead was 4%)
+    const bool both_ran = blk[0].n > 0.0 && blk[best_k].n > 0.0;
+    if (best_k == 0 || best <= (both_ran ? 1.0 / (1.0 - AWAKE) : LEAD) * rate_now(0)) {
+        best_k = 0;
+    }
+    return best_k;
+}
+
+int32_t controller::block_alternative(const block_view & v, int32_t best_k, bool * fresh) const {
+    // neighbours: an unmeasured one gets the next block, a short one (so the lengths around the
+    // choice are soon measured and the choice climbs to the best in a few blocks), otherwise every
+    // 8th block in turn k+1, k-1, plain (only where blocks are timed: the engine's own loop;
+    // llama-server's slots keep every 8th)
+    const bool up_new = own_loop && best_k + 1 <= v.k_cap && !v.known(best_k + 1);
+    const bool dn_new = own_loop && best_k >= 1 && !v.known(best_k - 1);
+    // Where the warm-up timed every size (primed), the model's costs of lengths not yet run are measured ones:
+    // no block sweeps the far ones (the simulated 27B shape, 128-token answers: sweeping k=5..7 cost ~2% of a
+    // fresh server's first 2048 tokens). The neighbours still get theirs: they measure acceptance too.
+    const bool sweep  = own_loop && !primed;
+    // farther lengths not yet run that the model puts near the choice get a short block each, nearest
+    // first: the model's verify costs come from the sizes run so far, and a curve flat near the top
+    // (H100 27B shape: k=5..8 within 2%, a 9-token verify a matmul no dearer than 8 tokens) would
+    // keep a neighbour-by-neighbour climb far from the best (k=8 run for 60 steps where 4 was best)
+    // While plain leads (best_k = 0), k=1 is the neighbour that tells whether drafting pays at all;
+    // longer lengths are swept only once some drafting length leads (on the CPU, plain far ahead, a
+    // k=2 sweep block had cost 8 steps at ~20% loss)
+    int32_t    far    = -1;
+    for (int32_t d = 2; sweep && far < 0 && d <= v.k_cap; ++d) {
+        for (const int32_t k : { best_k - d, best_k + d }) {
+            if (far < 0 && k >= 1 && k <= v.k_cap && !v.known(k) && v.rate(k) >= SWEEP * v.rate(best_k)) {
+                far = k;
+            }
+        }
+    }
+    const int32_t turn = (int32_t) (n_blocks / 8 % 3);
+    *fresh             = up_new || dn_new || far >= 0;
+    return up_new    ? best_k + 1 :
+           dn_new    ? best_k - 1 :
+           far >= 0  ? far :
+           turn == 0 ? best_k + 1 :
+           turn == 1 ? best_k - 1 :
+                       0;
+}
+
+int32_t controller::block_probe(const block_view & v, int32_t best_k, int32_t best_draft_k, bool woke) {
+    bool          fresh = false;
+    const int32_t alt   = block_alternative(v, best_k, &fresh);
+    n_blocks++;
+    const bool cannot = hopeless(v.k_cap); // no drafting probe: acceptance cannot make it pay
+    if (best_k == 0 && v.k_cap >= 1 && !cannot) {
+        // nothing drafted yet in this mode: acceptance is the prior's, and only drafting measures it (primed with
+        // this machine's costs, the prior's acceptance can put plain decoding ahead where every length pays)
+        if (start_rules && acc[mode][0].n <= 0.0) {
+            return first_probe(v);
+        }
+        if (woke) {
+            return best_draft_k;
+        }
+    }
+    if (alt < 0 || alt > v.k_cap || alt == best_k || (alt > 0 && cannot)) {
+        return -1;
+    }
+    // a measured neighbour far behind is tried rarely: each such block costs in proportion to the gap (the
+    // CPU, plain far ahead: a k=1 block every 8th had cost ~3%)
+    const double  gap   = v.rate(best_k) / std::max(v.rate(alt), 1e-12);
+    const int64_t every = fresh ? 1 : (int64_t) (8.0 * std::clamp(std::pow(gap, 8.0), 1.0, 16.0));
+    return ++blk_since_probe >= every ? alt : -1;
+}
+
+int32_t controller::first_probe(const block_view & v) const {
+    // the length that would be best at a high acceptance (OPTIMISM per position): a probe that only a short
+    // length could pay for would tell nothing of the longer ones (the simulated Gemma 3 270M on an H200: a k=1
+    // probe lost to plain where k=5 ran 1.3x, and the engine slept)
+    auto    expected = [](int32_t k) { return (1.0 - std::pow(OPTIMISM, k + 1)) / (1.0 - OPTIMISM); };
+    int32_t probe_k  = 1;
+    for (int32_t k = 2; k <= v.k_cap; ++k) {
+        probe_k = expected(k) / v.time(k) > expected(probe_k) / v.time(probe_k) ? k : probe_k;
+    }
+    return probe_k;
 }
 
 int32_t controller::block_len() const {

@@ -237,34 +237,34 @@ struct controller {
     int64_t       quiet_run       = 0; // steps since the controller last chose to draft (probes: quiet)
     double  behind      = 1.0; // the last plan: plain decoding's long-run (asleep) rate over the best drafting length's
                                //   (1: drafting leads)
-    int64_t sleep_len   = SLEEP_MIN;           // the next sleep's length
-    bool    asleep      = false;               // the MTP side sleeps
-    int64_t sleep_left  = 0;                   // steps until it wakes
-    int64_t wake_probe  = 0;                   // steps left until the probe after waking (0: none pending)
-    int32_t cold_drafts = COLD_DRAFTS;         // draft decodes left untimed (new graphs: at the start, after waking)
-    int32_t cold_targets       = COLD_TARGETS; // target decodes left untimed (the same)
-    int32_t cold_catchups      = COLD_DRAFTS;  // catch-up decodes left untimed (the same)
-    bool    step_cold          = false;        // a decode of the step under way went untimed as cold
+    int64_t sleep_len   = SLEEP_MIN;   // the next sleep's length
+    bool    asleep      = false;       // the MTP side sleeps
+    int64_t sleep_left  = 0;           // steps until it wakes
+    int64_t wake_probe  = 0;           // steps left until the probe after waking (0: none pending)
+    int32_t cold_drafts = COLD_DRAFTS; // draft decodes left untimed (new graphs: at the start, after waking)
+    int32_t cold_targets              = COLD_TARGETS; // target decodes left untimed (the same)
+    int32_t cold_catchups             = COLD_DRAFTS;  // catch-up decodes left untimed (the same)
+    bool    step_cold                 = false;        // a decode of the step under way went untimed as cold
     // A new generation's first steps carry its start: the prompt's MTP catch-up lands in the first timed part,
     // and on a GPU each decode size's graph is captured again at its first use (new KV window). With 128-token
     // answers a block of 16 steps meets a start every ~3 blocks, and whichever length ran across one looked
     // dear: the simulated 27B shape chose k=2 for 50 steps after such a block. Those steps are left out of
     // every timing (began: GEN_COLD steps from the next plan on).
     static constexpr int32_t GEN_COLD = 2;
-    int32_t gen_cold  = 0;     // steps of a new generation still to leave untimed
-    bool    step_gen  = false; // the step under way is one of them
+    int32_t                  gen_cold = 0;     // steps of a new generation still to leave untimed
+    bool                     step_gen = false; // the step under way is one of them
     // a new generation (sequence) starts on this engine: its first steps go untimed
-    void    began() { gen_cold = start_rules ? GEN_COLD : 0; }
+    void                     began() { gen_cold = start_rules ? GEN_COLD : 0; }
     // The rules of a fresh engine's start: primed costs (prime), a new generation's first steps untimed (began),
     // a first drafting block while acceptance is unmeasured (plan_block). PYMTP_ADAPTIVE_START=0 in the
     // environment turns all three off (A/B runs against the controller without them).
-    bool    start_rules = true;
-    static constexpr double OPTIMISM = 0.85; // the first probe's length: the best if each draft accepted this often
-    bool    catchup_met[K + 1] = {};           // a catch-up decode of this many rows has been seen (GPU: captured)
-    bool    window_check       = false;        // the current window runs the policy that is behind
-    double  window_tok         = 0.0;
-    double  window_ms          = 0.0;
-    int32_t window_drafts      = 0; // steps of the current window that drafted
+    bool                     start_rules = true;
+    static constexpr double  OPTIMISM    = 0.85; // the first probe's length: the best if each draft accepted this often
+    bool    catchup_met[K + 1]           = {};   // a catch-up decode of this many rows has been seen (GPU: captured)
+    bool    window_check                 = false; // the current window runs the policy that is behind
+    double  window_tok                   = 0.0;
+    double  window_ms                    = 0.0;
+    int32_t window_drafts                = 0; // steps of the current window that drafted
 
     // What engines drafting on one MTP context (llama-server's slots, llama_mtp_share_costs) learn together:
     // D, which any one's draft decode times for all, and the context's first draft decodes (its graphs built
@@ -401,6 +401,28 @@ struct controller {
     // a plain step's estimated time for the whole batch (target_cost is per sequence)
     double  plain_batch_cost() const { return target_cost(1) * std::clamp(load, 1, LOADS); }
     int32_t plan_block(int32_t k_cap);
+    // block mode: each length's time per step as its blocks realized it end to end (own loop), else the model's
+    // scaled by realized/modelled over the lengths that ran (the model misses what lands between its timed parts)
+    struct block_view {
+        const controller & c;
+        int32_t            k_cap;
+        double             unit;        // realized block costs are kept in this unit (block_unit)
+        double             scale = 1.0; // realized / modelled time over the lengths whose blocks ran
+        block_view(const controller & c, int32_t k_cap);
+        double time(int32_t k) const { return c.blk[k].n > 0.0 ? c.blk[k].get() * unit : scale * c.step_time(k); }
+        double rate(int32_t k) const { return c.tokens(k) / std::max(time(k), 1e-12); }
+        bool   known(int32_t k) const { return k >= 0 && k <= k_cap && c.blk[k].n > 0.0; }
+    };
+    void    end_block();                                    // the ended block's realized time per step, recorded
+    void    new_block(int32_t k_cap, bool woke, bool ends); // the next block's length and whether it probes
+    // the best length for a new block (cur: the length running now, no change of size to pay)
+    int32_t block_choice(const block_view & v, int32_t cur, int32_t blen) const;
+    // the length a block may try instead of best_k (*fresh: one not yet run, tried at once)
+    int32_t block_alternative(const block_view & v, int32_t best_k, bool * fresh) const;
+    // the length the next block probes instead of best_k (-1: none)
+    int32_t block_probe(const block_view & v, int32_t best_k, int32_t best_draft_k, bool woke);
+    // the first probe while acceptance is unmeasured (OPTIMISM)
+    int32_t first_probe(const block_view & v) const;
     // block mode: steps per block, so that a block's two changes of size (2 S) cost at most BLOCK_SHARE of
     // as many plain steps (BLOCK..BLOCK_MAX; a probe block is half as long)
     int32_t block_len() const;
@@ -579,9 +601,9 @@ struct controller {
     static constexpr int64_t PRIOR_N = 12;
     bool                     primed  = false; // prime() timed the target's decode sizes
     void                     prime(const double * t_ms, int32_t n_sizes, double d_ms, double s_ms);
-    void pin_costs(double plain_ms, double draft_ms, double verify_extra_ms);
-    void reset_stats();
-    void fill_stats(llama_mtp_adaptive_stats * out) const;
+    void                     pin_costs(double plain_ms, double draft_ms, double verify_extra_ms);
+    void                     reset_stats();
+    void                     fill_stats(llama_mtp_adaptive_stats * out) const;
 };
 
 } // namespace mtp

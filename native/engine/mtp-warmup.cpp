@@ -119,9 +119,9 @@ void llama_mtp::time_warm_sizes() {
     // D: a lone draft row after a one-token step, the second time (several heads make no lone row)
     double d = -1.0;
     for (int32_t rep = 0; rep < 2 && !multi(); ++rep) {
-        bool ok = decode_target(toks.data(), 1, 0, false, true) == LLAMA_MTP_OK &&
-                  catch_up(toks.data(), 1, 0, /*for_draft*/ true) == LLAMA_MTP_OK &&
-                  draft_at(1, tok, h_at(0), 1, nullptr, /*keep_first*/ true) == LLAMA_MTP_OK;
+        bool       ok = decode_target(toks.data(), 1, 0, false, true) == LLAMA_MTP_OK &&
+                        catch_up(toks.data(), 1, 0, /*for_draft*/ true) == LLAMA_MTP_OK &&
+                        draft_at(1, tok, h_at(0), 1, nullptr, /*keep_first*/ true) == LLAMA_MTP_OK;
         const auto t0 = mtp::clock_type::now();
         ok            = ok && draft_at(2, tok, h_at(1), 1, nullptr, /*keep_first*/ true) == LLAMA_MTP_OK;
         d             = ok ? mtp::ms_since(t0) : -1.0;
@@ -137,7 +137,7 @@ void llama_mtp::warm_up() {
     if (ctx_mtp == nullptr || !warms_up()) {
         return;
     }
-    n_warmed   = warm_decodes(nullptr, /*with_mtp*/ true);
+    n_warmed = warm_decodes(nullptr, /*with_mtp*/ true);
     time_warm_sizes();
     stats      = llama_mtp_stats{};
     warmed_way = way_of(mtp::backend_pick::none, mtp::backend_pick::greedy);
