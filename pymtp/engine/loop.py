@@ -8,17 +8,15 @@ context, and clamps the draft so that no token past max_tokens is ever sampled.
 
 from __future__ import annotations
 
-import ctypes as C
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .. import options
-from .._native import llama as L
-from ..errors import ContextOverflowError, PymtpError
+from ..errors import ContextOverflowError
 from .logprobs import StepLogprobs, TokenLogprob
 from .runtime import Runtime
 from .sampling import SamplerChain, SamplingParams
+from .session import EngineSession
 from .stats import Stats
 from .text import TextAssembler
 
@@ -80,32 +78,19 @@ class Generation:
         return self.result
 
     def _run(self) -> Iterator[str]:
-        rt, lib = self.rt, self.rt.lib
+        rt = self.rt
         if len(self.prompt) >= rt.n_ctx:
             raise ContextOverflowError(
                 f"prompt is {len(self.prompt)} tokens but the context holds {rt.n_ctx}; "
                 "shorten the prompt or raise n_ctx (--ctx)")
-        lib.llama_mtp_reset_stats(rt.engine)
-        lib.llama_mtp_set_draft_mode(rt.engine, L.DRAFT_MODES[self.draft], self.sampling.seed)
-        adaptive = self.n_draft == options.N_DRAFT_AUTO
-        cap = rt.draft_cap if adaptive else int(self.n_draft)
-        lib.llama_mtp_set_adaptive(rt.engine, cap if adaptive else 0)
         with SamplerChain(self.sampling, rt.n_vocab) as chain:
-            yield from self._generate(chain, cap)
+            session = EngineSession(rt, self.prompt, chain.handle, draft=self.draft, n_draft=self.n_draft,
+                                    seed=self.sampling.seed, rows_needed=self.logprobs is not None)
+            yield from self._generate(session)
 
-    def _generate(self, chain: SamplerChain, cap: int) -> Iterator[str]:
-        rt, lib = self.rt, self.rt.lib
-        # where the target's rows are sampled: on a GPU the backend takes a greedy row's argmax or a top-k chain's
-        # candidates, unless whole rows are read (logprobs)
-        lib.llama_mtp_set_target_sampling(rt.engine, chain.handle, self.logprobs is not None)
-        arr = (L.llama_token * len(self.prompt))(*self.prompt)
-        rc = lib.llama_mtp_prefill(rt.engine, arr, len(self.prompt))
-        if rc != L.MTP_OK:
-            raise PymtpError(f"prompt processing failed (engine status {rc}): {L.last_log_lines()}")
-
+    def _generate(self, session: EngineSession) -> Iterator[str]:
         text = TextAssembler(self.stop)
         tokens: list[int] = []
-        out = (L.llama_token * (L.MTP_MAX_DRAFT + 1))()
         finish = "length"
         t0 = time.perf_counter()
         try:
@@ -114,14 +99,11 @@ class Generation:
                     finish = "cancelled"
                     break
                 # never sample past max_tokens: the sampler state must match a run without MTP
-                k = min(cap, self.max_tokens - len(tokens) - 1)
-                n = lib.llama_mtp_step(rt.engine, chain.handle, k, out, len(out))
-                if n == L.MTP_ERR_CTX_FULL:
+                step = session.step(min(session.cap, self.max_tokens - len(tokens) - 1))
+                if step is None:
                     finish = "context"
                     break
-                if n < 0:
-                    raise PymtpError(f"generation step failed (engine status {n}): {L.last_log_lines()}")
-                delta, finish = self._consume(out[:n], tokens, text)
+                delta, finish = self._consume(step[1], tokens, text)
                 if delta:
                     yield delta
                 if finish:
@@ -131,17 +113,18 @@ class Generation:
         except KeyboardInterrupt:
             # Ctrl-C between or inside steps: every step is atomic in the engine, so the
             # partial result is consistent; keep it for the caller, then let the interrupt through
-            self._finish(text, tokens, "cancelled", t0)
+            self._finish(session, text, tokens, "cancelled", t0)
             raise
-        tail = self._finish(text, tokens, finish or "length", t0)
+        tail = self._finish(session, text, tokens, finish or "length", t0)
         if tail:
             yield tail
 
-    def _finish(self, text: TextAssembler, tokens: list[int], finish: str, t0: float) -> str:
+    def _finish(self, session: EngineSession, text: TextAssembler, tokens: list[int], finish: str,
+                t0: float) -> str:
         gen_ms = (time.perf_counter() - t0) * 1000.0
         tail = text.finish()
         self.result = Completion(text=text.text, tokens=tokens, finish_reason=finish,
-                                 stats=self._stats(gen_ms), prompt_tokens=list(self.prompt),
+                                 stats=session.stats(gen_ms), prompt_tokens=list(self.prompt),
                                  logprobs=None if self.logprobs is None else list(self.logprobs))
         return tail
 
@@ -159,12 +142,3 @@ class Generation:
             if len(tokens) >= self.max_tokens:
                 return "".join(delta), "length"
         return "".join(delta), None
-
-    def _stats(self, gen_ms: float) -> Stats:
-        raw = L.llama_mtp_stats()
-        self.rt.lib.llama_mtp_get_stats(self.rt.engine, C.byref(raw))
-        adaptive = L.llama_mtp_adaptive_stats()
-        self.rt.lib.llama_mtp_get_adaptive_stats(self.rt.engine, C.byref(adaptive))
-        return Stats.from_native(raw, mtp=self.rt.ctx_mtp is not None, n_draft=self.n_draft, generate_ms=gen_ms,
-                                 draft=self.draft, adaptive=adaptive,
-                                 parallel=self.rt.parallel() if self.rt.ctx_mtp is not None else 0)

@@ -22,11 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import options
-from .._native import llama as L
 from ..engine.runtime import Runtime, RuntimeConfig, find_head, target_rs_snapshots
 from ..engine.sampling import resolve_draft_mode
-from ..engine.stats import Stats
-from ..errors import InvalidArgumentError
+from ..engine.session import EngineSession
+from ..errors import InvalidArgumentError, PymtpError
 from ._binding import bind
 
 llama_cpp = bind()
@@ -222,7 +221,7 @@ class Llama(llama_cpp.Llama):
         yield from self._generate_mtp(list(tokens), sampling, stopping_criteria)
 
     def _generate_mtp(self, tokens: list[int], sampling: dict, stopping_criteria):
-        rt, lib = self._mtp_rt, self._mtp_rt.lib
+        rt = self._mtp_rt
         penalties = sampling["repeat_penalty"] != 1.0 or sampling["frequency_penalty"] != 0.0 or \
             sampling["presence_penalty"] != 0.0
         if self.mtp_draft == options.DRAFT_AUTO and (sampling["mirostat_mode"] or sampling["temp"] < 0.0):
@@ -235,30 +234,27 @@ class Llama(llama_cpp.Llama):
         chain = self._sampler.sampler
 
         self._engine_takes()
-        adaptive = self.n_draft == options.N_DRAFT_AUTO
-        cap = rt.draft_cap if adaptive else int(self.n_draft)
-        lib.llama_mtp_reset_stats(rt.engine)
-        lib.llama_mtp_set_draft_mode(rt.engine, L.DRAFT_MODES[draft], self._seed & 0xFFFFFFFF)
-        lib.llama_mtp_set_adaptive(rt.engine, cap if adaptive else 0)
-        arr = (L.llama_token * len(tokens))(*tokens)
-        rc = lib.llama_mtp_prefill(rt.engine, arr, len(tokens))
-        if rc != L.MTP_OK:
+        try:
+            # whole rows stay on the host where Llama keeps every row's logits (logits_all)
+            session = EngineSession(rt, tokens, chain, draft=draft, n_draft=self.n_draft, seed=self._seed,
+                                    rows_needed=self._logits_all)
+        except PymtpError as e:
             self._engine_current = False
-            raise RuntimeError(f"pymtp: prompt processing failed (engine status {rc})")
+            raise RuntimeError(f"pymtp: {e}") from e
         self.input_ids[: len(tokens)] = tokens
         n_prompt, n_vocab, count, pending, first = len(tokens), self._n_vocab, 0, None, True
-        out = (L.llama_token * (L.MTP_MAX_DRAFT + 1))()
         t0 = time.perf_counter()
         try:
             while True:
-                base = lib.llama_mtp_n_past(rt.engine)   # tokens in the context; `pending` is not yet
-                n = lib.llama_mtp_step(rt.engine, chain, cap, out, len(out))
-                if n == L.MTP_ERR_CTX_FULL:
-                    return
-                if n < 0:
+                try:
+                    step = session.step()
+                except PymtpError as e:
                     self._engine_current = False
-                    raise RuntimeError(f"pymtp: generation step failed (engine status {n})")
-                emitted = list(out[:n])
+                    raise RuntimeError(f"pymtp: {e}") from e
+                if step is None:
+                    return
+                base, emitted = step   # base: tokens in the context; `pending` is not yet
+                n = len(emitted)
                 # Llama's record as its own loop writes it: input_ids[p] the token at p, and with
                 # logits_all scores[p] the logits after it. The first step samples from the prompt's
                 # last row; a verify step's row i follows the token at base + i.
@@ -267,7 +263,7 @@ class Llama(llama_cpp.Llama):
                     self.input_ids[base + 1: base + n] = emitted[:-1]
                 if self._logits_all:
                     for i in range(n):
-                        row = lib.llama_get_logits_ith(rt.ctx, -1 if first else i)
+                        row = rt.lib.llama_get_logits_ith(rt.ctx, -1 if first else i)
                         self.scores[(base - 1) if first else base + i, :] = np.ctypeslib.as_array(row, shape=(n_vocab,))
                 first, pending = False, emitted[-1]
                 for tok in emitted:
@@ -280,15 +276,10 @@ class Llama(llama_cpp.Llama):
                         return
                     yield tok
         finally:
-            self._mtp_stats((time.perf_counter() - t0) * 1000.0, draft)
+            self._mtp_stats(session, (time.perf_counter() - t0) * 1000.0, draft)
 
-    def _mtp_stats(self, gen_ms: float, draft: str) -> None:
-        rt = self._mtp_rt
-        raw, adaptive = L.llama_mtp_stats(), L.llama_mtp_adaptive_stats()
-        rt.lib.llama_mtp_get_stats(rt.engine, C.byref(raw))
-        rt.lib.llama_mtp_get_adaptive_stats(rt.engine, C.byref(adaptive))
-        self.mtp_stats = Stats.from_native(raw, mtp=True, n_draft=self.n_draft, generate_ms=gen_ms, draft=draft,
-                                          adaptive=adaptive).to_dict()
+    def _mtp_stats(self, session: EngineSession, gen_ms: float, draft: str) -> None:
+        self.mtp_stats = session.stats(gen_ms).to_dict()
         if self.verbose:
             st = self.mtp_stats
             print(f"pymtp.llama_cpp: {st['n_generated']} tokens in {st['n_steps']} steps, {st['n_accepted']} of "
