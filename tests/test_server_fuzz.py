@@ -41,8 +41,9 @@ OK_WITHIN_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def fuzzed(servers):
-    return {"on": servers("glm4moe", "on", extra=FLAGS), "off": servers("glm4moe", "off", extra=FLAGS)}
+def fuzzed(servers, tmp_path_factory):
+    flags = (*FLAGS, "--slot-save-path", str(tmp_path_factory.mktemp("fuzz-slots")))  # /slots save and restore
+    return {"on": servers("glm4moe", "on", extra=flags), "off": servers("glm4moe", "off", extra=flags)}
 
 
 # ----------------------------------------------------------------------------- sending
@@ -293,9 +294,12 @@ def test_tokenize_and_detokenize_bodies(fuzzed, body):
     check(fuzzed, "/detokenize" if "tokens" in body else "/tokenize", body)
 
 
+filenames = st.sampled_from(["a.bin", "../a.bin", "/etc/passwd", "", ".", "a/b", "a" * 300, "nul\x00.bin"]) | text
+
+
 @settings(SETTINGS, max_examples=max(5, EXAMPLES // 2))
 @given(slot=st.integers(-2, 3) | st.text(max_size=4), action=st.sampled_from(["erase", "save", "restore", "bogus", ""]),
-       body=junk)
+       body=st.fixed_dictionaries({}, optional={"filename": filenames | junk}) | junk)
 def test_slots(fuzzed, slot, action, body):
     check(fuzzed, "/slots", None, method="GET")
     check(fuzzed, f"/slots/{quote(str(slot))}?action={action}", body)

@@ -225,10 +225,10 @@ common_json server_prepare_request(common_json body, server_request_kind kind, c
 
 void server_check_token_ids(const common_json & value, int32_t n_vocab, const char * key) {
     auto check = [&](const common_json & v) {
-        if (v.is_number_integer()) {
-            const long long id = v.get<long long>();
-            if (id < 0 || id >= n_vocab) {
-                throw std::invalid_argument(std::string("'") + key + "' holds the token id " + std::to_string(id) +
+        if (v.is_number()) { // 5.0 reads as the token 5
+            const double id = v.get<double>();
+            if (!(id >= 0 && id < n_vocab)) {
+                throw std::invalid_argument(std::string("'") + key + "' holds the token id " + v.dump() +
                                             ", outside this model's vocabulary (0.." + std::to_string(n_vocab - 1) +
                                             ")");
             }
