@@ -347,6 +347,7 @@ def test_a_body_over_the_size_limit_is_refused_before_it_is_read(fuzzed):
     ("/v1/chat/completions", {"messages": CHAT[0], "max_tokens": 10**6}, "--max-tokens-limit"),
     ("/completion", {"prompt": "hi", "n_predict": 4, "n_probs": 21}, "--max-top-logprobs"),
     ("/v1/completions", {"prompt": "hi", "max_tokens": 4, "stop": [str(i) for i in range(17)]}, "--max-stop"),
+    ("/v1/completions", {"prompt": ["hi"] * 65, "max_tokens": 1}, "--max-prompts"),
     ("/completion", {"prompt": "hi", "n_predict": 4, "grammar": "root ::= " + '"a" ' * 70_000}, "--max-grammar-bytes"),
     ("/v1/chat/completions", {"messages": CHAT[0], "tools": [{"type": "function", "function": {
         "name": "f", "description": "x" * 300_000, "parameters": {"type": "object"}}}]}, "--max-grammar-bytes"),

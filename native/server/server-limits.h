@@ -10,6 +10,7 @@ struct server_limits {
     int32_t max_top_logprobs = 20;               // --max-top-logprobs: logprobs, top_logprobs, n_probs (OpenAI: 20)
     int32_t max_tokens       = 0;                // --max-tokens-limit: tokens one request may generate (0 = no limit)
     int32_t max_stop         = 16;               // --max-stop: stop strings in one request
+    int32_t max_prompts      = 64;               // --max-prompts: prompts in one completion request
     int32_t max_grammar      = 256 * 1024;       // --max-grammar-bytes: grammar, json_schema, response_format, tools
     int32_t max_body         = 16 * 1024 * 1024; // --max-body-bytes: a request body
     int32_t max_json_depth   = 64;               // --max-json-depth: nesting of arrays and objects in a body

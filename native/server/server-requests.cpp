@@ -213,6 +213,20 @@ common_json server_prepare_request(common_json body, server_request_kind kind, c
         }
     }
 
+    // several prompts (an array holding no token ids at its top) each generate as a request of their own
+    if (kind != SERVER_REQUEST_OAI_CHAT && lim.max_prompts > 0 && body.contains("prompt") &&
+        body.at("prompt").is_array()) {
+        const common_json & prompts     = body.at("prompt");
+        bool                has_numbers = false;
+        for (size_t i = 0; i < prompts.size() && !has_numbers; i++) {
+            has_numbers = prompts.at(i).is_number();
+        }
+        if (!has_numbers && prompts.size() > (size_t) lim.max_prompts) {
+            throw std::invalid_argument(
+                fmt_limit("The number of prompts", (long long) prompts.size(), lim.max_prompts, "--max-prompts"));
+        }
+    }
+
     check_stop(body, lim);
     for (const char * key : { "grammar", "json_schema", "response_format", "tools" }) {
         check_size(body, key, lim);

@@ -26,10 +26,10 @@ What one request may cost is limited; over a limit it gets a 400 naming the
 limit and its flag. A body without max_tokens generates 16 tokens on
 /v1/completions (OpenAI's default) and elsewhere until the answer ends or the
 slot's context (--ctx) is full; --n-predict and --max-tokens-limit change that.
-At most 20 top log probabilities per token, 16 stop strings, 256 KiB of
-grammar/json_schema/tools, 16 MiB of body, nesting 64 deep: llama-server's
---max-top-logprobs, --max-stop, --max-grammar-bytes, --max-body-bytes,
---max-json-depth change them (pass them after `--`).
+At most 20 top log probabilities per token, 16 stop strings, 64 prompts, 256 KiB
+of grammar/json_schema/tools, 16 MiB of body, nesting 64 deep: llama-server's
+--max-top-logprobs, --max-stop, --max-prompts, --max-grammar-bytes,
+--max-body-bytes, --max-json-depth change them (pass them after `--`).
 
 Arguments after `--` go to llama-server unchanged (see `pymtp serve -- --help`).""".format(
     draft="|".join(options.DRAFT_CHOICES), max_draft=options.MAX_DRAFT, adaptive=options.ADAPTIVE_MAX_DRAFT)
