@@ -21,6 +21,16 @@ as the engine measures to pay for the number of busy slots; a number drafts that
 many every step. Requests may set "mtp_draft" ({draft}) and "mtp_n_draft"
 (0..{max_draft}, a cap); responses carry per-request MTP statistics in
 timings.mtp, with what the adaptive controller did under "adaptive".
+
+What one request may cost is limited; over a limit it gets a 400 naming the
+limit and its flag. A body without max_tokens generates 16 tokens on
+/v1/completions (OpenAI's default) and elsewhere until the answer ends or the
+slot's context (--ctx) is full; --n-predict and --max-tokens-limit change that.
+At most 20 top log probabilities per token, 16 stop strings, 64 prompts, 256 KiB
+of grammar/json_schema/tools, 16 MiB of body, nesting 64 deep: llama-server's
+--max-top-logprobs, --max-stop, --max-prompts, --max-grammar-bytes,
+--max-body-bytes, --max-json-depth change them (pass them after `--`).
+
 Arguments after `--` go to llama-server unchanged (see `pymtp serve -- --help`).""".format(
     draft="|".join(options.DRAFT_CHOICES), max_draft=options.MAX_DRAFT, adaptive=options.ADAPTIVE_MAX_DRAFT)
 
@@ -45,6 +55,12 @@ def register(subparsers) -> None:
     g.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
     g.add_argument("--parallel", "-np", type=int, default=1, metavar="N",
                    help="requests served at once, each in its own slot (default: 1)")
+    g.add_argument("--n-predict", type=int, default=None, metavar="N",
+                   help="tokens a request generates when its body sets no max_tokens (default: 16 on "
+                        "/v1/completions as OpenAI; elsewhere until the answer ends or the slot's context is full)")
+    g.add_argument("--max-tokens-limit", type=int, default=None, metavar="N",
+                   help="the most tokens one request may generate: a body asking more gets a 400, one asking "
+                        "none generates at most N (default: 0, no limit but the slot's context)")
     g.add_argument("--ready-timeout", type=float, default=300.0, metavar="S",
                    help="seconds to wait for the model to load (default: 300)")
     e = common.add_engine_args(p, server=True)
@@ -70,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     launch = plan_launch(path, host=args.host, port=args.port, mtp=args.mtp, mtp_head=args.mtp_head,
                          n_draft=args.n_draft, draft=args.draft, ctx=args.ctx, parallel=args.parallel,
                          ngl=args.ngl, threads=args.threads, heads=args.heads, rpc=args.rpc,
-                         extra=extra)
+                         n_predict=args.n_predict, max_tokens_limit=args.max_tokens_limit, extra=extra)
     for note in launch.notes:
         print(f"pymtp: {note}", file=sys.stderr)
     if args.dry_run:

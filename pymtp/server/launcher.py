@@ -63,10 +63,13 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
                 mtp_head: str | Path | None = None, n_draft: int | str = options.DEFAULT_N_DRAFT,
                 draft: str = options.DEFAULT_DRAFT, ctx: int = 4096, parallel: int = 1, ngl: int = 0,
                 threads: int | None = None, heads: str = options.DEFAULT_HEADS, rpc: str | None = None,
+                n_predict: int | None = None, max_tokens_limit: int | None = None,
                 extra: list[str] | None = None) -> ServerLaunch:
     """Build the llama-server command line for ``model``; raise InvalidArgumentError on bad input.
     draft and heads become llama-server's --mtp-draft and --mtp-heads (the same names); n_draft "auto"
-    becomes --mtp-adaptive on with the adaptive cap, a number K --mtp-n-draft K with it off."""
+    becomes --mtp-adaptive on with the adaptive cap, a number K --mtp-n-draft K with it off.
+    n_predict (tokens a request without max_tokens generates) becomes --n-predict, max_tokens_limit
+    --max-tokens-limit; None leaves llama-server's defaults (README "Request limits")."""
     if mtp not in options.MTP_MODES:
         raise InvalidArgumentError(f"--mtp must be one of {', '.join(options.MTP_MODES)}, got {mtp!r}")
     if draft not in options.DRAFT_CHOICES:
@@ -85,6 +88,10 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
         raise InvalidArgumentError(f"--parallel must be >= 1 (got {parallel})")
     if threads is not None and threads < 1:
         raise InvalidArgumentError(f"--threads must be >= 1 (got {threads})")
+    if n_predict is not None and n_predict < -1:
+        raise InvalidArgumentError(f"--n-predict must be >= -1 (got {n_predict})")
+    if max_tokens_limit is not None and max_tokens_limit < 0:
+        raise InvalidArgumentError(f"--max-tokens-limit must be >= 0 (got {max_tokens_limit})")
 
     argv = [str(server_binary()), "-m", str(model), "--host", host, "--port", str(port),
             "-c", str(ctx * parallel), "-np", str(parallel)]
@@ -97,6 +104,10 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
         argv += ["-ngl", str(ngl)]
     if threads is not None:
         argv += ["-t", str(threads), "-tb", str(threads)]
+    if n_predict is not None:
+        argv += ["--n-predict", str(n_predict)]
+    if max_tokens_limit is not None:
+        argv += ["--max-tokens-limit", str(max_tokens_limit)]
 
     notes: list[str] = []
     use_mtp, head = False, None
