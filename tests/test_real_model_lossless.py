@@ -134,23 +134,24 @@ def assert_verify_rows_equal_one_by_one(path, sizes=(4, 9, 17), repack: bool = T
         mc.free_model(model)
 
 
-K_SIZES = (2, 3, 4, 5, 8, 9, 16, 17)
+K_SIZES = {True: (2, 5, 9, 16, 17), False: (2, 4, 17)}
 
 
 @pytest.mark.parametrize("repack", [True, False], ids=["repacked", "gguf-layout"])
 def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(built_in_q4_k_m, repack):
-    """2- to 17-token batches (a verify of 1 to 16 drafts) on a Q4_K_M model (patch 0019: before it,
-    ggml-cpu's repacked Q4_K gemm from 4 rows and its tiled K-quant matmul from 8 rows rounded differently
-    from the one-row kernels, and greedy MTP output diverged from MTP off). Repacked: the Q4_K gemv over
-    weight slices (patch 0019); in the GGUF layout: the multi-column Q4_K and Q6_K dot products (patch 0034),
-    which take the Q6_K matrices in both."""
+    """2- to 17-token batches (a verify of 1 to 16 drafts; 17 rows: 16 columns + 1 in the multi-column
+    products) on a Q4_K_M model (patch 0019: before it, ggml-cpu's repacked Q4_K gemm from 4 rows and its
+    tiled K-quant matmul from 8 rows rounded differently from the one-row kernels, and greedy MTP output
+    diverged from MTP off). Repacked: the many-row Q4_K gemv over weight slices (patch 0019); in the GGUF
+    layout: the multi-column Q4_K dot product (patch 0034); the Q6_K matrices take the multi-column Q6_K
+    dot product in both."""
     import gguf
 
     if NGL:
         pytest.skip("a CPU kernel path")
     types = {t.tensor_type for t in gguf.GGUFReader(str(built_in_q4_k_m)).tensors}
     assert {gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K} <= types
-    assert_verify_rows_equal_one_by_one(built_in_q4_k_m, sizes=K_SIZES, repack=repack)
+    assert_verify_rows_equal_one_by_one(built_in_q4_k_m, sizes=K_SIZES[repack], repack=repack)
 
 
 def test_verify_batch_rows_equal_one_by_one_decodes_on_a_q5_k_model(tmp_path):
@@ -167,7 +168,7 @@ def test_verify_batch_rows_equal_one_by_one_decodes_on_a_q5_k_model(tmp_path):
     llama_quantize(default_model.default_model_path(progress=False), path, "Q5_K_M")
     types = {t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
     assert gguf.GGMLQuantizationType.Q5_K in types
-    assert_verify_rows_equal_one_by_one(path, sizes=(2, 4, 7, 16, 17))
+    assert_verify_rows_equal_one_by_one(path, sizes=(2, 7, 17))
 
 
 @pytest.mark.parametrize("k", [3])
@@ -175,7 +176,7 @@ def test_greedy_chat_identical_on_the_q4_k_m_model(built_in_q4_k_m, k):
     """End to end on the K-quant kernels (repacked Q4_K over weight slices, multi-column Q6_K)."""
     from pymtp import default_model
 
-    assert_greedy_chat_identical(built_in_q4_k_m, k, QUESTIONS[:2], mtp_head=default_model.SHIPPED_HEAD)
+    assert_greedy_chat_identical(built_in_q4_k_m, k, QUESTIONS[:1], mtp_head=default_model.SHIPPED_HEAD)
 
 
 def test_verify_batch_rows_equal_one_by_one_decodes_on_the_built_in_q4_1_model():
@@ -193,4 +194,4 @@ def test_verify_batch_rows_equal_one_by_one_decodes_on_the_built_in_q4_1_model()
     path = default_model.default_model_path(progress=False)
     types = {t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
     assert gguf.GGMLQuantizationType.Q4_1 in types
-    assert_verify_rows_equal_one_by_one(path, sizes=(2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17))
+    assert_verify_rows_equal_one_by_one(path, sizes=(2, 3, 4, 5, 6, 7, 8, 9, 17))
