@@ -99,9 +99,10 @@ def built_in_q4_k_m(tmp_path_factory):
     return dst
 
 
-def assert_verify_rows_equal_one_by_one(path, sizes=(4, 9, 17)) -> None:
+def assert_verify_rows_equal_one_by_one(path, sizes=(4, 9, 17), repack: bool = True) -> None:
     """Each row of a verify-sized batch (1 + the drafts) has exactly the logits of decoding its token
-    alone, with the engine's attention and cache settings."""
+    alone, with the engine's attention and cache settings (``repack=False``: ggml-cpu's weights left in
+    their GGUF layout, so no matrix takes the repack buffer's kernels)."""
     import numpy as np
 
     from pymtp._native import model_calls as mc
@@ -111,7 +112,7 @@ def assert_verify_rows_equal_one_by_one(path, sizes=(4, 9, 17)) -> None:
                          "the sea about the ships, the storms and the gulls that nested on the rocks below.")
         n_vocab = m.rt.n_vocab
     assert len(seq) >= 4 + 17
-    model = mc.load_model(path)
+    model = mc.load_model(path, repack=repack)
     try:
         def rows(batches):
             ctx = mc.new_context(model, 64, 2, engine_attention=True)
@@ -133,24 +134,57 @@ def assert_verify_rows_equal_one_by_one(path, sizes=(4, 9, 17)) -> None:
         mc.free_model(model)
 
 
-def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(built_in_q4_k_m):
-    """A 4-, 9- and 17-token batch (a verify of 3, 8 and 16 drafts) on a Q4_K_M model (patch 0019: before
-    it, ggml-cpu's repacked Q4_K gemm from 4 rows and its tiled K-quant matmul from 8 rows rounded
-    differently from the one-row kernels, and greedy MTP output diverged from MTP off)."""
+K_SIZES = {True: (2, 5, 9, 16, 17), False: (2, 4, 17)}
+
+
+@pytest.mark.parametrize("repack", [True, False], ids=["repacked", "gguf-layout"])
+def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(built_in_q4_k_m, repack):
+    """2- to 17-token batches (a verify of 1 to 16 drafts; 17 rows: 16 columns + 1 in the multi-column
+    products) on a Q4_K_M model (patch 0019: before it, ggml-cpu's repacked Q4_K gemm from 4 rows and its
+    tiled K-quant matmul from 8 rows rounded differently from the one-row kernels, and greedy MTP output
+    diverged from MTP off). Repacked: the many-row Q4_K gemv over weight slices (patch 0019); in the GGUF
+    layout: the multi-column Q4_K dot product (patch 0034); the Q6_K matrices take the multi-column Q6_K
+    dot product in both."""
     import gguf
 
     if NGL:
         pytest.skip("a CPU kernel path")
     types = {t.tensor_type for t in gguf.GGUFReader(str(built_in_q4_k_m)).tensors}
     assert {gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K} <= types
-    assert_verify_rows_equal_one_by_one(built_in_q4_k_m)
+    assert_verify_rows_equal_one_by_one(built_in_q4_k_m, sizes=K_SIZES[repack], repack=repack)
+
+
+def test_verify_batch_rows_equal_one_by_one_decodes_on_a_q5_k_model(tmp_path):
+    """The built-in model requantized to Q5_K_M (Q5_K matrices, Q6_K for the rest): every row of 2- to
+    17-token batches rounds like a one-token decode through the multi-column Q5_K dot product."""
+    import gguf
+
+    from pymtp import default_model
+    from pymtp_devtools.requant import llama_quantize
+
+    if NGL:
+        pytest.skip("a CPU kernel path")
+    path = tmp_path / "smol-q5_k_m.gguf"
+    llama_quantize(default_model.default_model_path(progress=False), path, "Q5_K_M")
+    types = {t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
+    assert gguf.GGMLQuantizationType.Q5_K in types
+    assert_verify_rows_equal_one_by_one(path, sizes=(2, 7, 17))
+
+
+@pytest.mark.parametrize("k", [3])
+def test_greedy_chat_identical_on_the_q4_k_m_model(built_in_q4_k_m, k):
+    """End to end on the K-quant kernels (repacked Q4_K over weight slices, multi-column Q6_K)."""
+    from pymtp import default_model
+
+    assert_greedy_chat_identical(built_in_q4_k_m, k, QUESTIONS[:1], mtp_head=default_model.SHIPPED_HEAD)
 
 
 def test_verify_batch_rows_equal_one_by_one_decodes_on_the_built_in_q4_1_model():
     """The built-in model itself (Q4_1 matrices through ggml's dot products, the Q8_0 output through
     tinyBLAS): every row of a verify of 1 to 8 drafts rounds exactly like a one-token decode (tinyBLAS tiles
-    each size's columns differently: 3 in one pass by patch 0028, others in tiles of 2 and a remainder). (A
-    1-ulp change in one product of a 2-row batch fails it.)"""
+    each size's columns differently: odd counts in tiles of 3 or 1 by patch 0028, even ones in tiles of 2;
+    the Q4_1 matrices take the multi-column dot product of patch 0034 from 2 rows). (A 1-ulp change in one
+    product of a 2-row batch fails it.)"""
     import gguf
 
     from pymtp import default_model
@@ -160,4 +194,4 @@ def test_verify_batch_rows_equal_one_by_one_decodes_on_the_built_in_q4_1_model()
     path = default_model.default_model_path(progress=False)
     types = {t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
     assert gguf.GGMLQuantizationType.Q4_1 in types
-    assert_verify_rows_equal_one_by_one(path, sizes=(2, 3, 4, 5, 6, 7, 8, 9))
+    assert_verify_rows_equal_one_by_one(path, sizes=(2, 3, 4, 5, 6, 7, 8, 9, 17))

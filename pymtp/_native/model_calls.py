@@ -19,9 +19,10 @@ from .llama import LLAMA_CONTEXT_TYPE_DEFAULT, LLAMA_CONTEXT_TYPE_MTP, last_log_
 # --------------------------------------------------------------------------- models
 
 def load_model(path: str | Path, *, vocab_only: bool = False, n_gpu_layers: int | None = None,
-               load_mtp: bool | None = None, mtp_head: str | Path | None = None):
+               load_mtp: bool | None = None, mtp_head: str | Path | None = None, repack: bool | None = None):
     """llama_model_load_from_file with these parameters (the rest llama.cpp's defaults); with mtp_head,
-    llama_model_load_from_file_with_mtp_head (the head-only GGUF loaded as a sidecar).
+    llama_model_load_from_file_with_mtp_head (the head-only GGUF loaded as a sidecar). ``repack=False``:
+    no extra buffer types (ggml-cpu keeps the weights in their GGUF layout instead of repacking them).
     Returns the model handle, or None when llama.cpp could not load it (last_log_lines() says why)."""
     lib = L.lib()
     mp = lib.llama_model_default_params()
@@ -31,6 +32,8 @@ def load_model(path: str | Path, *, vocab_only: bool = False, n_gpu_layers: int 
         mp.n_gpu_layers = n_gpu_layers
     if load_mtp is not None:
         mp.load_mtp = load_mtp
+    if repack is not None:
+        mp.use_extra_bufts = repack
     if mtp_head is not None:
         return lib.llama_model_load_from_file_with_mtp_head(str(path).encode(), str(mtp_head).encode(), mp) or None
     return lib.llama_model_load_from_file(str(path).encode(), mp) or None
