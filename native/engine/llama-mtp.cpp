@@ -616,8 +616,7 @@ int32_t llama_mtp_draft(llama_mtp * m, llama_sampler * chain, llama_token id_las
     const bool next    = m->caller_pos >= 0 && pos > m->caller_pos && pos - m->caller_pos <= m->ctrl.k_max + 1;
     if (!next) {
         m->ctrl.began(); // not the step after the last one: a new generation (a request) on this sequence
-    }
-    if (next) {
+    } else {
         const int32_t n_out   = pos - m->caller_pos;
         const double  step_ms = std::chrono::duration<double, std::milli>(t_entry - m->caller_t).count();
         if (m->caller_single && !m->ctrl.asleep) {

@@ -488,8 +488,7 @@ int32_t controller::block_alternative(const block_view & v, int32_t best_k, bool
     const bool up_new = own_loop && best_k + 1 <= v.k_cap && !v.known(best_k + 1);
     const bool dn_new = own_loop && best_k >= 1 && !v.known(best_k - 1);
     // Where the warm-up timed every size (primed), the model's costs of lengths not yet run are measured ones:
-    // no block sweeps the far ones (the simulated 27B shape, 128-token answers: sweeping k=5..7 cost ~2% of a
-    // fresh server's first 2048 tokens). The neighbours still get theirs: they measure acceptance too.
+    // no block sweeps the far ones. The neighbours still get theirs: they measure acceptance too.
     const bool sweep  = own_loop && !primed;
     // farther lengths not yet run that the model puts near the choice get a short block each, nearest
     // first: the model's verify costs come from the sizes run so far, and a curve flat near the top
@@ -543,8 +542,7 @@ int32_t controller::block_probe(const block_view & v, int32_t best_k, int32_t be
 
 int32_t controller::first_probe(const block_view & v) const {
     // the length that would be best at a high acceptance (OPTIMISM per position): a probe that only a short
-    // length could pay for would tell nothing of the longer ones (the simulated Gemma 3 270M on an H200: a k=1
-    // probe lost to plain where k=5 ran 1.3x, and the engine slept)
+    // length could pay for would tell nothing of the longer ones
     auto    expected = [](int32_t k) { return (1.0 - std::pow(OPTIMISM, k + 1)) / (1.0 - OPTIMISM); };
     int32_t probe_k  = 1;
     for (int32_t k = 2; k <= v.k_cap; ++k) {

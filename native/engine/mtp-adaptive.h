@@ -246,10 +246,9 @@ struct controller {
     int32_t cold_catchups             = COLD_DRAFTS;  // catch-up decodes left untimed (the same)
     bool    step_cold                 = false;        // a decode of the step under way went untimed as cold
     // A new generation's first steps carry its start: the prompt's MTP catch-up lands in the first timed part,
-    // and on a GPU each decode size's graph is captured again at its first use (new KV window). With 128-token
-    // answers a block of 16 steps meets a start every ~3 blocks, and whichever length ran across one looked
-    // dear: the simulated 27B shape chose k=2 for 50 steps after such a block. Those steps are left out of
-    // every timing (began: GEN_COLD steps from the next plan on).
+    // and on a GPU each decode size's graph is captured again at its first use (new KV window). Timed, they would
+    // make whichever length ran across a start look dear; they are left out of every timing (began: GEN_COLD
+    // steps from the next plan on). docs/engine.md, "A fresh engine's start".
     static constexpr int32_t GEN_COLD = 2;
     int32_t                  gen_cold = 0;     // steps of a new generation still to leave untimed
     bool                     step_gen = false; // the step under way is one of them
