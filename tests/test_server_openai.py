@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -18,6 +19,10 @@ import pytest
 
 from server_harness import CHAT, CTX, PROMPTS, free_port
 from test_server_parity import TOL
+
+# `python -m pymtp...` puts its working directory first on sys.path: run it outside the checkout, so that it imports
+# the installed pymtp (with its llama-server), not the source tree's (CI: a fresh clone without pymtp/bin)
+NEUTRAL = tempfile.gettempdir()
 
 openai = pytest.importorskip("openai")
 
@@ -31,7 +36,7 @@ class Serve:
         cmd = [sys.executable, "-m", "pymtp.cli.main", "serve", str(model), "--port", str(self.port),
                "--ctx", str(CTX), "--threads", "1", "--n-draft", "3", "--mtp", mtp, "--", "--no-webui"]
         with open(log, "wb") as f:
-            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=NEUTRAL)
         deadline = time.monotonic() + 120
         while "serving" not in log.read_text(errors="replace"):
             assert self.proc.poll() is None, f"pymtp serve exited early:\n{log.read_text(errors='replace')}"
@@ -161,13 +166,14 @@ def test_over_a_limit_the_client_gets_a_bad_request_naming_it(serve):
 
 def test_pymtp_serve_passes_its_limits_and_teaches_them(models):
     run = [sys.executable, "-m", "pymtp.cli.main", "serve", str(models["glm4moe"])]
-    out = subprocess.run([*run, "--n-predict", "64", "--max-tokens-limit", "256", "--dry-run"],
+    out = subprocess.run([*run, "--n-predict", "64", "--max-tokens-limit", "256", "--dry-run"], cwd=NEUTRAL,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     argv = out.stdout.split()
     assert argv[argv.index("--n-predict") + 1] == "64" and argv[argv.index("--max-tokens-limit") + 1] == "256"
-    bad = subprocess.run([*run, "--max-tokens-limit", "-1", "--dry-run"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run([*run, "--max-tokens-limit", "-1", "--dry-run"], capture_output=True, text=True, timeout=60,
+                         cwd=NEUTRAL)
     assert bad.returncode != 0 and "--max-tokens-limit must be >= 0" in bad.stderr
-    helptext = subprocess.run([*run[:-1], "--help"], capture_output=True, text=True, timeout=60).stdout
+    helptext = subprocess.run([*run[:-1], "--help"], capture_output=True, text=True, timeout=60, cwd=NEUTRAL).stdout
     for flag in ("--n-predict", "--max-tokens-limit", "--max-top-logprobs", "--max-body-bytes", "OpenAI's default"):
         assert flag in helptext, flag
