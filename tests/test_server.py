@@ -257,18 +257,20 @@ def test_adaptive_falls_back_to_plain_with_a_useless_head(servers):
         a = request(i)
     assert a["dormant_steps"] == sum(a["steps_per_draft_length"]) > 0, a
     # 1024 steps later it wakes and rebuilds the MTP KV from the next decode; 128 steps on (WAKE_PROBE) it
-    # would probe, but not where no acceptance could pay: this tiny model's draft decode costs more than its
-    # plain step (0.36 against 0.28 ms on this CPU), so even drafts that all accept lose: it decodes plainly
-    # and falls asleep again at the probe's turn
+    # would probe, but not where no acceptance could pay (hopeless): this tiny model's draft decode costs
+    # more than its plain step (0.36 against 0.28 ms on an idle 2-core CPU), so even drafts that all accept
+    # lose. A loaded machine can time the two within noise and let one probe block run (CI once saw 8 k=1
+    # steps, after which the probe's own timings put drafting behind again): plain decoding still leads the
+    # woken stretch, and the engine falls asleep again
     awake = drafted = 0
     for i in range(90):
         a = request(i)
         awake += sum(a["steps_per_draft_length"]) - a["dormant_steps"]
         drafted += sum(a["steps_per_draft_length"][1:])
-        if awake >= 128 and (drafted > 0 or a["dormant_steps"] == sum(a["steps_per_draft_length"])):
+        if awake >= 128 and a["dormant_steps"] == sum(a["steps_per_draft_length"]):
             break
-    assert awake >= 128, str((awake, drafted, a))
-    assert drafted == 0 or a["est_draft_ms"] < a["est_plain_ms"], str((drafted, a))
+    assert awake >= 128 and a["dormant_steps"] == sum(a["steps_per_draft_length"]), str((awake, drafted, a))
+    assert drafted <= max(8, awake // 4), str((awake, drafted, a))
     log = on.log.read_text(errors="replace")
     assert " E " not in log.replace("E srv", ""), [ln for ln in log.splitlines() if " E " in ln][:5]
     assert on.healthy()
