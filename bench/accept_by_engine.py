@@ -2,7 +2,8 @@
 and auto made to draft on every step or after a stretch of plain steps.
 
 Why: at T=0.7 on the H100 the default's own drafts accepted 0.39-0.45 at position 1 where a fixed k=1 Model
-in the same run accepted 0.59 (docs/benchmarks.md, "What the default measures at T=0.7"). A lower acceptance
+in the same run accepted 0.59 (docs/journal/2026-11-28-gpu-catch-up-and-sampling.md, "What the default measures at
+T=0.7"). A lower acceptance
 in auto's drafts could have been a fault of its paths (the catch-up rows it defers while plain decoding leads,
 the graphs of the sizes it switches between, the rows sampled on the backend) or of where it drafts (a few
 dozen drafts, early in the first answers). This tells them apart: "auto-pin" is auto with its costs pinned so
@@ -14,7 +15,7 @@ deferred), then drafts on every step. Where those accept what the fixed length a
 Run it once per environment to compare paths (e.g. PYMTP_VERIFY_ON_HOST=1 PYMTP_DRAFT_ON_BACKEND=0,
 GGML_CUDA_DISABLE_GRAPHS=1): at the same seeds the drafts and their outcomes should not move. At T=0 it also
 counts the answers whose text differs from MTP off's (on a CPU none; on a GPU, CUDA's kernels are not batch
-invariant, docs/benchmarks.md "Losslessness (greedy identity) by hardware").
+invariant, docs/lossless.md).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ model's own (`auto@NAME`, `k=2@NAME`): candidate default heads (a draft vocabula
 the shipped one at any temperature, in the same per-prompt orders and next to the same noise floor.
 
 --env NAME=VAR=VALUE (repeatable) also runs auto with the environment variable VAR set to VALUE while its
-Model is created (`auto@NAME`): the engine reads its A/B switches (docs/engine.md, e.g.
+Model is created (`auto@NAME`): the engine reads its A/B switches (docs/environment.md, e.g.
 PYMTP_ADAPTIVE_NO_CUTOFF=1) when it starts, so one build runs a controller change against the old rule in
 the same per-prompt orders, next to the same noise floor.
 

@@ -4,7 +4,8 @@
 A parallel head drafts K tokens in one pass of one block: mask row i attends to the real rows and to
 the pass's earlier mask rows, but in one block it reads their *inputs* (keys and values come before
 the FFN), never what they drafted. Its position-3 acceptance stays at ~0.03 whatever the recipe
-(docs/benchmarks.md, "Training levers for the mask rows"). With a second block, row i's attention
+(docs/journal/2026-11-29-parallel-head-training.md, "Training levers for the mask rows"). With a second block,
+row i's attention
 there reads row i-1's first-block output, the state its draft comes from.
 
 This trains such a head with pymtp graft's own pipeline (data, hidden cache, distillation loss,

@@ -60,7 +60,7 @@ def is_cached() -> bool:
     return path.is_file() and path.stat().st_size == GGUF_SIZE
 
 
-# The MTP head pymtp ships for the built-in model (trained with `pymtp graft`, see docs/graft.md).
+# The MTP head pymtp ships for the built-in model (trained with `pymtp graft`, see docs/heads.md).
 SHIPPED_HEAD = Path(__file__).resolve().parent / "data" / "SmolLM2-135M-Instruct.Q4_1.mtp.gguf"
 
 

@@ -278,7 +278,7 @@ def test_plain_decoding_when_drafting_cannot_pay(auto_pair):
 def test_rows_queued_before_a_gap_are_not_written_next_to_the_rows_after_it(tiny_model_path):
     """llama-server's prompt cache restores a saved prompt into the target and MTP contexts and decodes
     only its last token, behind the engine's back, while the engine may still queue rows that plain
-    steps deferred (docs/engine.md, "Positions filled behind the engine's back"). Through the caller
+    steps deferred (docs/adaptive.md, "Several slots (llama-server)"). Through the caller
     API here: rows deferred by plain steps, then a row observed 40 positions further on, then a draft,
     which writes the queue first. Rows from both sides of the gap in one MTP decode made it fail
     ("positions are not continuous"; an HTTP 500 on the H100 at four slots)."""

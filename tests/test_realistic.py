@@ -106,7 +106,7 @@ def test_our_build_decodes_it_with_finite_logits_and_mtp(small):
         assert len(a.tokens) == 24                # no end-of-generation token: runs to max_tokens
         assert a.stats.n_drafted > 0              # the MTP head drafts (random head: ~nothing accepted)
         if NGL == 0:
-            assert a.tokens == b.tokens           # lossless on the CPU (CUDA: near-ties, README)
+            assert a.tokens == b.tokens           # lossless on the CPU (CUDA: near-ties, docs/lossless.md)
 
         on.set_synthetic_acceptance([0.917, 0.837, 0.648])
         on.reset()

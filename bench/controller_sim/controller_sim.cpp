@@ -120,7 +120,8 @@ struct machine {
     // > 0: the draft decode's cost as the other slots timed it (llama_mtp_share_costs), known from the start
     double              shared_draft_ms = 0.0;
     // 1: the controller starts primed with this machine's costs, as the engine's warm-up times them at load on a
-    // GPU (mtp-warmup.cpp, time_warm_sizes); 0: unprimed (PYMTP_WARMUP_PRIOR=0)
+    // GPU (mtp-warmup.cpp, time_warm_sizes); 0: unprimed (the engine has no switch for this alone:
+    // PYMTP_ADAPTIVE_START=0 turns priming off with the other start rules)
     int32_t             prime           = 1;
     int32_t             began           = 1; // 1: the controller is told when a generation starts (controller::began)
     int32_t             start           = 1; // 0: the controller's start rules off (PYMTP_ADAPTIVE_START=0)

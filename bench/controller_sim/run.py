@@ -23,7 +23,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
-# Machines as measured (docs/benchmarks.md): the H100 with the qwen35 27B shape (V(n) of the target's
+# Machines as measured (docs/adaptive.md, "Diagnosing it", lists each source): the H100 with the qwen35 27B
+# shape (V(n) of the target's
 # own forward from step_cost.py, D 0.07-0.08 plain steps, a size change 4-6 ms of host time), the
 # built-in SmolLM2 on the H100 (pymtp bench: D 0.18-0.21, V(2) 1.19, acceptance of the shipped head),
 # the built-in model on this 2-core CPU (D 0.33, V(2) 1.7, a size change ~2 ms), and a 2-core CPU

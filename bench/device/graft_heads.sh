@@ -9,8 +9,8 @@
 #     bash bench/device/graft_heads.sh        # about 5-6 minutes on one H100
 #
 # Recipe: the built-in prompt set, text the base writes itself (no MT-Bench data), as for the
-# shipped single head (docs/results/graft-smollm2-h100.json: 10000 samples, 6000 steps, batch 16
-# x 512 tokens, lr 1e-3, init mix; 448 s on one H100). To fit ~6 minutes with three heads (each
+# first shipped single head (docs/results/graft-smollm2-h100.json in git history at e0e0cbe: 10000 samples,
+# 6000 steps, batch 16 x 512 tokens, lr 1e-3, init mix; 448 s on one H100). To fit ~6 minutes with three heads (each
 # step runs three head passes and their loss) this uses SAMPLES=6000 generated sequences and
 # STEPS=2500; everything else is the default recipe. HEADS, STEPS, SAMPLES, BATCH override.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU session for the adaptive draft controller (docs/benchmarks.md, "Adaptive draft length").
+# GPU session for the adaptive draft controller (docs/adaptive.md; runs in docs/journal/).
 # The built-in model (98 MB) does not fit one call's carry: split it on the dev machine with
 #     split -b 33000000 -d -a 1 ~/.cache/pymtp/models/SmolLM2-135M-Instruct.Q4_1.gguf .dev/smol/smol.part
 #     sha256sum ~/.cache/pymtp/models/SmolLM2-135M-Instruct.Q4_1.gguf | cut -d' ' -f1 > .dev/smol/smol.sha256

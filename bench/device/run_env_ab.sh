@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The default against itself with one of the engine's A/B switches set (docs/engine.md), MTP off, its noise floor
+# The default against itself with one of the engine's A/B switches set (docs/environment.md), MTP off, its noise floor
 # and fixed lengths, in one process per run (bench/auto_vs_off.py --env: every answer on every Model, balanced
 # orders), RUNS runs per temperature. Each run's table goes to $OUT/avo-T-i.txt and its summary line to
 # $OUT/summary.txt as it ends. After STEP=build and the built-in model's parts (bench/device/run_adaptive.sh).

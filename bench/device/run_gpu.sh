@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SmolLM2 + shipped head benchmarks on the device (after build_cuda.sh; optional, not in the run plan of
-# README.md: those H100 numbers are in docs/benchmarks.md). Results land in $OUT.
+# README.md: those H100 numbers are in docs/journal/2026-11-22-first-tables.md). Results land in $OUT.
 # BENCH_LIMIT_MODES: prompts for the draft-mode x temperature sweep (default 24).
 set -uxo pipefail
 # The built-in model (98 MB) exceeds one call's carry: carry .dev/smol/smol.part1 in one call and
@@ -26,7 +26,7 @@ site=$(cd /tmp && python3 -c 'import os, pymtp; print(os.path.dirname(pymtp.__fi
 git rev-parse --short HEAD 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
-# On this box numpy's libstdc++ must not load before libllama (docs/benchmarks.md, "Known problem"):
+# On this box numpy's libstdc++ must not load before libllama (docs/journal/2026-11-23-offline-gpu-box-libstdcxx.md):
 # the GPU tests (pytest imports numpy first) crash there; benchmarks run from /tmp without --plot.
 if [ "${SKIP_TESTS:-1}" != 1 ]; then
     PYMTP_TEST_NGL=99 pytest -q -p no:cacheprovider tests/test_engine_lossless.py \

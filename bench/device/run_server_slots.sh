@@ -2,7 +2,7 @@
 # llama-server --mtp against plain llama-server on a GPU at several slots, repeated over fresh server pairs,
 # each run once as built and once with a knob set for both servers (default PYMTP_VERIFY_ON_HOST=1: an --mtp
 # slot's verify rows sampled on the host, as plain llama-server samples its rows). On a GPU the 4-slot ratio
-# moves by +-15% from one pair of server instances to the next (docs/benchmarks.md), so one pair says little:
+# moves by +-15% from one pair of server instances to the next (docs/journal/2026-11-28-llama-server-gpu-slots.md), so one pair says little:
 # this runs RUNS pairs per side, alternating, and writes each run's summary line to $OUT/summary.txt as it ends.
 # After STEP=build and the built-in model's parts (bench/device/run_adaptive.sh).
 #   RUNS (4) pairs per side; SLOTS (4); KNOB ("PYMTP_VERIFY_ON_HOST=1"); ROUNDS (3); FULL (32: --full-length)

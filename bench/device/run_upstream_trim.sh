@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU session: the 27B shape's own MTP block with a draft vocabulary (pymtp trim) against pristine
 # upstream draft-mtp, side by side through llama-server (bench/upstream_vs_pymtp.py), synthetic
-# acceptance so both accept exactly the same drafts (docs/benchmarks.md, "Draft vocabularies of
-# models with their own MTP layers").
+# acceptance so both accept exactly the same drafts (docs/journal/2026-11-24-draft-vocabulary.md, "Draft
+# vocabularies of models with their own MTP layers").
 #   call 1  carry [.dev/call1]   STEP=build bash bench/device/run_adaptive.sh   (pymtp CUDA build, ~6 min)
 #   call 2  carry [.dev/call1]   bash bench/device/run_upstream_trim.sh
 # .dev/call1 as bench/device/prepare.sh makes it (vendor.tar.xz, pristine.tar.xz, gguf wheel,

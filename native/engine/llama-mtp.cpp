@@ -738,8 +738,9 @@ int32_t llama_mtp_adaptive_default_max(void) {
     // verifies of at most 8 rows: ggml-cuda's quantized mat-vec takes up to 8 columns, and a 9th row moves
     // every product to the tiled kernels (H200, the built-in model: a 9-row verify 5.4-6.3 ms against
     // 3.5-3.7 for 8 rows). Sweeping k=8 cost the GPU runs time; the simulator with those costs puts auto
-    // 1.1% higher without it (60 seeds), and no preset lower on average (docs/benchmarks.md, "A warm start
-    // on the GPU, stale acceptance and the 9-row verify")
+    // 1.1% higher without it (60 seeds), and no preset lower on average
+    // (docs/journal/2026-11-27-gpu-default-sessions.md, "A warm start on the GPU, stale acceptance and the
+    // 9-row verify")
     return 7;
 }
 

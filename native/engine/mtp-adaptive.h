@@ -248,7 +248,7 @@ struct controller {
     // A new generation's first steps carry its start: the prompt's MTP catch-up lands in the first timed part,
     // and on a GPU each decode size's graph is captured again at its first use (new KV window). Timed, they would
     // make whichever length ran across a start look dear; they are left out of every timing (began: GEN_COLD
-    // steps from the next plan on). docs/engine.md, "A fresh engine's start".
+    // steps from the next plan on). docs/adaptive.md, "Warm-up and a fresh engine's start".
     static constexpr int32_t GEN_COLD = 2;
     int32_t                  gen_cold = 0;     // steps of a new generation still to leave untimed
     bool                     step_gen = false; // the step under way is one of them
@@ -283,7 +283,7 @@ struct controller {
     // A parallel head (par > 1): D of a pass of n rows (index n - 1), timed on passes with nothing written ahead.
     // The rows are not free: H200, the built-in model, 1-4 rows 0.205 / 0.250 / 0.320 / 0.381 of a plain step,
     // and one D for every size, timed on a 4-row probe, made a 1-row pass look twice its cost (auto chose plain
-    // steps and k=1 over k=2: docs/benchmarks.md, "The warm-started heads on an H200"). On a GPU each size
+    // steps and k=1 over k=2: docs/journal/2026-11-29-parallel-head-training.md). On a GPU each size
     // builds and captures its own graphs: its first pass and its first repeat go untimed, as target sizes do.
     running_mean pass_d[K];
     bool         pass_met[K]  = {};

@@ -8,9 +8,9 @@
 // Model, where the adaptive controller is learning what each length costs: its estimate of a size change
 // rose to 12 ms, and it spent the first ~560 of ~1900 steps trying lengths at 0.47-0.65 tokens/ms where
 // the one it settled on ran 0.78. Warmed, the first 3-row verify took 2.8 ms, and auto ran 0.95 of the
-// best fixed length on the H100 where it ran 0.87 (docs/benchmarks.md, "A warm start on the GPU, stale
-// acceptance and the 9-row verify"). The MTP decodes warmed are the ones a step runs after such a verify: a
-// draft decode with the verified rows ahead of its own, and a lone draft row (greedy drafts: the backend
+// best fixed length on the H100 where it ran 0.87 (docs/journal/2026-11-27-gpu-default-sessions.md, "A warm start on
+// the GPU, stale acceptance and the 9-row verify"). The MTP decodes warmed are the ones a step runs after such a
+// verify: a draft decode with the verified rows ahead of its own, and a lone draft row (greedy drafts: the backend
 // argmax attached). A request's way of sampling (the backend samplers on the target and the MTP contexts: other
 // graphs) is warmed the same way when it first comes (warm_sampling). Not warmed: the catch-up of a prompt; the
 // controller leaves its first decodes untimed as before.
@@ -146,14 +146,15 @@ void llama_mtp::warm_up() {
 // The graphs of a request's way of sampling. llama_mtp_set_target_sampling attaches a backend sampler to the
 // target context (the argmax, or the top candidates), and a T > 0 request's drafts take the MTP context's top
 // candidates (mtp-top-k): each adds nodes to the graph of every decode size, so the graphs that warm_up() built
-// at init are not the ones these decodes run. On the H100 (the built-in model, T=0.7; docs/benchmarks.md, "What
-// the default measures at T=0.7 on a GPU") each such size's first two decodes took 5-14 ms against 1.3-2.1 warm
-// (the graph built, then captured): 5-9 of the default's drafting steps, 44-66 ms of its 3.8 s of decoding
-// (1.2-1.8%), and the first two steps of every Model, MTP off's included. So, once per way of sampling and only
-// on an empty context (a conversation's prefix is kept for the request to reuse), the decodes a step makes are
-// run twice with those samplers attached (the drafts as the request will draft them), and a plain decode
-// without the hidden-state output (the graph of a sleeping engine's steps); then all of it is removed. Nothing
-// of the request changes: the drafts' random stream, the stats and the controller are as they were.
+// at init are not the ones these decodes run. On the H100 (the built-in model, T=0.7;
+// docs/journal/2026-11-28-gpu-catch-up-and-sampling.md, "What the default measures at T=0.7 on a GPU") each such
+// size's first two decodes took 5-14 ms against 1.3-2.1 warm (the graph built, then captured): 5-9 of the
+// default's drafting steps, 44-66 ms of its 3.8 s of decoding (1.2-1.8%), and the first two steps of every Model,
+// MTP off's included. So, once per way of sampling and only on an empty context (a conversation's prefix is kept
+// for the request to reuse), the decodes a step makes are run twice with those samplers attached (the drafts as
+// the request will draft them), and a plain decode without the hidden-state output (the graph of a sleeping
+// engine's steps); then all of it is removed. Nothing of the request changes: the drafts' random stream, the stats
+// and the controller are as they were.
 void llama_mtp::warm_sampling(llama_sampler * chain) {
     if (!warms_up() || !tokens.empty() || llama_memory_seq_pos_max(mem_tgt(), params.seq_id) >= 0) {
         return;

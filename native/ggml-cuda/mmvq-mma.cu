@@ -4,7 +4,7 @@
 // Why: upstream's MMVQ computes every (row, column) pair with dp4a, so a 4-column product executes
 // about twice the instructions per weight byte of a 1-column one and stops being bound by memory: on
 // the 27B shape a 4-token decode cost 1.48 plain steps on an H200, 1.21 with this kernel
-// (docs/benchmarks.md, "The verify batch on tensor cores"). Here one mma.sync.m16n8k32 takes 16 rows
+// (docs/journal/2026-11-25-verify-tensor-cores.md). Here one mma.sync.m16n8k32 takes 16 rows
 // x 32 values x 8 columns at once (two of them for 9-16 columns).
 //
 // Layout: a CUDA block of MMA_WARPS warps owns 16 rows; the warps take its super-blocks (256 values
@@ -328,10 +328,10 @@ static bool mmvq_mma_enabled(const int cc) {
     return env == 1 || (cc >= GGML_CUDA_CC_HOPPER && cc < GGML_CUDA_CC_HOPPER + 100);
 }
 
-// The fewest columns a Q6_K product takes the kernel from. Measured on the 27B shape (H200; docs/benchmarks.md,
-// "Q6_K"): the 4-token decode cost the same either way, the 2-token one more (V 1.14 vs 1.08 with MMVQ), the
-// 8-token one less (1.49 vs 1.56): MMVQ's Q6_K kernel already scales well to a few columns. So from 8 on;
-// GGML_CUDA_MMVQ_MMA_Q6_K=0: never, =1: from 2 (the device check uses it).
+// The fewest columns a Q6_K product takes the kernel from. Measured on the 27B shape (H200;
+// docs/journal/2026-11-25-verify-tensor-cores.md, "Q6_K"): the 4-token decode cost the same either way, the 2-token one
+// more (V 1.14 vs 1.08 with MMVQ), the 8-token one less (1.49 vs 1.56): MMVQ's Q6_K kernel already scales well to a few
+// columns. So from 8 on; GGML_CUDA_MMVQ_MMA_Q6_K=0: never, =1: from 2 (the device check uses it).
 static int mmvq_mma_q6_K_min_cols() {
     static const int n = [] {
         const char * s = getenv("GGML_CUDA_MMVQ_MMA_Q6_K");

@@ -12,7 +12,7 @@
 //   dst: ncols_dst columns of nrows_x floats (stride_col_dst floats apart).
 // Supported: Q4_K and Q5_K (16-byte aligned rows) with 2 <= ncols_dst <= PYMTP_MMVQ_MMA_MAX_COLS, and Q6_K from 8
 // columns (GGML_CUDA_MMVQ_MMA_Q6_K: 0 never, 1 from 2); on by default on Hopper (measured on an H200:
-// docs/benchmarks.md, "The verify batch on tensor cores"). GGML_CUDA_MMVQ_MMA=1 turns it on for any NVIDIA GPU from
+// docs/journal/2026-11-25-verify-tensor-cores.md). GGML_CUDA_MMVQ_MMA=1 turns it on for any NVIDIA GPU from
 // Ampere on, GGML_CUDA_MMVQ_MMA=0 off (upstream's MMVQ: the A/B knob).
 #define PYMTP_MMVQ_MMA_MAX_COLS 16 // two 8-column n-tiles: a verify batch of up to 4 slots x 4 tokens
 

@@ -69,7 +69,7 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
     draft and heads become llama-server's --mtp-draft and --mtp-heads (the same names); n_draft "auto"
     becomes --mtp-adaptive on with the adaptive cap, a number K --mtp-n-draft K with it off.
     n_predict (tokens a request without max_tokens generates) becomes --n-predict, max_tokens_limit
-    --max-tokens-limit; None leaves llama-server's defaults (README "Request limits")."""
+    --max-tokens-limit; None leaves llama-server's defaults (docs/usage.md, "Request limits")."""
     if mtp not in options.MTP_MODES:
         raise InvalidArgumentError(f"--mtp must be one of {', '.join(options.MTP_MODES)}, got {mtp!r}")
     if draft not in options.DRAFT_CHOICES:
