@@ -162,13 +162,23 @@ def parse_config(spec: str, default_k: int) -> Config:
     return c
 
 
+def upstream_rates(synth: list[str], k: int) -> list[str]:
+    """Upstream's --spec-synth-rates takes exactly k rates (one per draft position): the first k of ours."""
+    if not synth:
+        return []
+    rates = synth[1].split(",")
+    if len(rates) < k:
+        sys.exit(f"--synthetic-rates has {len(rates)} rates; upstream at k={k} needs one per draft position")
+    return [synth[0], ",".join(rates[:k])]
+
+
 def server_argv(c: Config, upstream: Path, pymtp_bin: Path, common: list[str], synth: list[str]) -> list[str]:
     if c.upstream_binary:
         argv = [str(upstream), *common]
         if c.backend_sampling is not False:
             argv.append("--backend-sampling")
         if c.kind == "upstream":
-            argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(c.k), *synth]
+            argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(c.k), *upstream_rates(synth, c.k)]
     else:
         argv = [str(pymtp_bin), *common]
         if c.backend_sampling:

@@ -41,7 +41,8 @@ t0 = time.perf_counter()
 if kind in ("lcp", "dropin"):
     if kind == "lcp":
         from llama_cpp import Llama
-        llm = Llama(model, n_ctx=opts["ctx"], n_threads=opts["threads"], n_gpu_layers=opts["ngl"], verbose=False)
+        llm = Llama(model, n_ctx=opts["ctx"], n_threads=opts["threads"], n_threads_batch=opts["threads"],
+                    n_gpu_layers=opts["ngl"], verbose=False)
     else:
         from pymtp.llama_cpp import Llama
         kw = {"mtp": opts["mtp"]}
@@ -49,7 +50,8 @@ if kind in ("lcp", "dropin"):
             kw["mtp_head"] = opts["head"]
         if opts.get("k") is not None:
             kw["n_draft"] = opts["k"]
-        llm = Llama(model, n_ctx=opts["ctx"], n_threads=opts["threads"], n_gpu_layers=opts["ngl"], verbose=False, **kw)
+        llm = Llama(model, n_ctx=opts["ctx"], n_threads=opts["threads"], n_threads_batch=opts["threads"],
+                    n_gpu_layers=opts["ngl"], verbose=False, **kw)
 
     def gen(p):
         r = llm.create_chat_completion(messages=[{"role": "user", "content": p}], max_tokens=opts["n"],

@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import upstream_vs_pymtp as uvp  # noqa: E402
 
 COMMON = ["-m", "M.gguf"]
-SYNTH = ["--spec-synth-rates", "0.9,0.8"]
+SYNTH = ["--spec-synth-rates", "0.9,0.8,0.7"]
 
 
 def argv(spec: str) -> list[str]:
@@ -27,6 +27,14 @@ def test_upstream_rows_run_with_backend_sampling_unless_told_not_to():
     assert up[:4] == ["UP", *COMMON, "--backend-sampling"] and up[-4:-2] == ["--spec-draft-n-max", "3"], up
     assert "--backend-sampling" not in argv("upstream:k=2:nobs")
     assert uvp.parse_config("upstream:k=2:nobs", 3).name == "upstream k=2 nobs"
+
+
+def test_upstream_rows_get_one_synthetic_rate_per_draft_position():
+    """upstream refuses --spec-synth-rates of another length than k; pymtp takes them all"""
+    assert argv("upstream:k=1")[-2:] == ["--spec-synth-rates", "0.9"]
+    assert argv("upstream:k=3")[-2:] == ["--spec-synth-rates", "0.9,0.8,0.7"]
+    with pytest.raises(SystemExit, match="needs one per draft position"):
+        argv("upstream:k=4")
 
 
 def test_pymtp_rows():
