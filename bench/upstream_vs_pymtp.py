@@ -162,6 +162,9 @@ def parse_config(spec: str, default_k: int) -> Config:
     return c
 
 
+PYMTP_DEFAULT_MAX = 7  # the adaptive controller's default cap (llama_mtp_adaptive_default_max)
+
+
 def upstream_rates(synth: list[str], k: int) -> list[str]:
     """Upstream's --spec-synth-rates takes exactly k rates (one per draft position): the first k of ours."""
     if not synth:
@@ -170,6 +173,15 @@ def upstream_rates(synth: list[str], k: int) -> list[str]:
     if len(rates) < k:
         sys.exit(f"--synthetic-rates has {len(rates)} rates; upstream at k={k} needs one per draft position")
     return [synth[0], ",".join(rates[:k])]
+
+
+def pymtp_rates(synth: list[str], k_max: int) -> list[str]:
+    """pymtp's server also takes one rate per position up to its largest draft: ours, then 0 (a position
+    past the given rates never accepts, so the adaptive default is measured at the field's rates too)."""
+    if not synth:
+        return []
+    rates = synth[1].split(",")
+    return [synth[0], ",".join((rates + ["0"] * k_max)[:k_max])]
 
 
 def server_argv(c: Config, upstream: Path, pymtp_bin: Path, common: list[str], synth: list[str]) -> list[str]:
@@ -189,7 +201,7 @@ def server_argv(c: Config, upstream: Path, pymtp_bin: Path, common: list[str], s
                 argv += ["--mtp-adaptive", "off", "--mtp-n-draft", str(c.k)]
             elif c.cap is not None:
                 argv += ["--mtp-n-draft", str(c.cap)]
-            argv += synth
+            argv += pymtp_rates(synth, c.k or c.cap or PYMTP_DEFAULT_MAX)
     return argv + c.extra
 
 

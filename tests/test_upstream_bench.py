@@ -38,7 +38,9 @@ def test_upstream_rows_get_one_synthetic_rate_per_draft_position():
 
 
 def test_pymtp_rows():
-    assert argv("pymtp") == ["PY", *COMMON, "--mtp", *SYNTH]           # the default: adaptive, nothing else
+    # the default: adaptive, nothing else; one synthetic rate per position up to its cap of 7, 0 past ours
+    assert argv("pymtp") == ["PY", *COMMON, "--mtp", "--spec-synth-rates", "0.9,0.8,0.7,0,0,0,0"]
+    assert argv("pymtp:k=2")[-2:] == ["--spec-synth-rates", "0.9,0.8"]
     assert argv("pymtp:k=3")[3:7] == ["--mtp", "--mtp-adaptive", "off", "--mtp-n-draft"]
     assert argv("pymtp:cap=2")[3:6] == ["--mtp", "--mtp-n-draft", "2"]
     assert argv("pymtp-off") == ["PY", *COMMON]
