@@ -14,8 +14,9 @@ Configurations (--configs, comma-separated):
   dropin       pymtp.llama_cpp.Llama (llama-cpp-python's Python on pymtp's library, --dropin-path), MTP default
   dropin-off   the same with mtp="off"
 
-  python bench/vs_llama_cpp_python.py --lcp-path /work/lcp-own --dropin-path ~/.cache/pymtp/llama-cpp-python-0.3.36-server \\
-      --configs lcp,pymtp,pymtp-off --requests 16 -n 128 --threads 2 --out res.json
+  python bench/vs_llama_cpp_python.py --lcp-path /work/lcp-own \\
+      --dropin-path ~/.cache/pymtp/llama-cpp-python-0.3.36-server --configs lcp,pymtp,pymtp-off \\
+      --requests 16 -n 128 --threads 2 --out res.json
 
 The model is the built-in SmolLM2-135M-Instruct unless given (its shipped MTP head rides with pymtp's rows).
 Greedy (T=0) by default: the texts of every row are compared with lcp's and the JSON says where they differ.
