@@ -14,6 +14,7 @@ from pymtp import default_model
 from pymtp.cli import common
 from pymtp.cli.main import main
 from pymtp.errors import ContextOverflowError, MTPUnavailableError, PymtpError
+from pymtp.options import DraftLength
 
 CHATML_TEMPLATE = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
@@ -323,8 +324,8 @@ def test_generate_streams_text_then_stats(model_file, fake_engine, capsys):
     assert captured.out == "Hello world\n"
     assert stderr_lines(captured) == ["STATS n_generated=2"]
     model = fake_engine.instances[0]
-    assert model.init_kwargs == dict(n_ctx=512, n_gpu_layers=-1, n_threads=2, mtp="off", n_draft=5,
-                                     verbose=False)
+    assert model.init_kwargs == dict(n_ctx=512, n_gpu_layers=-1, n_threads=2, mtp="off",
+                                     n_draft=DraftLength.fixed(5), verbose=False)
     call = model.calls[0]
     assert call["prompt"] == "Hi" and call["stream"] is True
     assert call["max_tokens"] == 7 and call["temperature"] == 0.5 and call["seed"] == 3

@@ -9,6 +9,7 @@ from pymtp import options
 from pymtp._native import llama as L
 from pymtp.engine.sampling import resolve_draft_mode
 from pymtp.errors import InvalidArgumentError
+from pymtp.options import DraftLength
 
 
 def native_names(name_of) -> dict[str, int]:
@@ -32,18 +33,30 @@ def test_draft_modes_and_limit_mirror_the_engine():
     assert lib.llama_mtp_draft_mode_from_name(b"greedyy") == L.MTP_ERR_ARG
     assert lib.llama_mtp_draft_limit() == options.MAX_DRAFT == L.MTP_MAX_DRAFT
     assert lib.llama_mtp_default_params().n_draft == options.FIXED_N_DRAFT
-    assert lib.llama_mtp_adaptive_default_max() == options.ADAPTIVE_MAX_DRAFT == options.draft_cap("auto")
+    assert lib.llama_mtp_adaptive_default_max() == options.ADAPTIVE_MAX_DRAFT == DraftLength.parse("auto").cap
 
 
-@pytest.mark.parametrize("value,expected", [("auto", "auto"), ("AUTO", "auto"), (0, 0), ("3", 3), (16, 16)])
+@pytest.mark.parametrize("value,expected", [("auto", "auto"), ("AUTO", "auto"), (" auto ", "auto"), (0, 0),
+                                            ("3", 3), (16, 16)])
 def test_n_draft_parses_auto_or_a_length(value, expected):
-    assert options.parse_n_draft(value) == expected
+    length = DraftLength.parse(value)
+    assert length.value == expected and length.adaptive == isinstance(expected, str)
+    assert length.cap == (options.ADAPTIVE_MAX_DRAFT if length.adaptive else expected)
+    assert str(length) == str(expected)                         # what users type
+    assert DraftLength.parse(str(length)) == length             # ... and parses back to the same length
+    assert DraftLength.parse(length) is length                  # parsed once: a DraftLength passes through
 
 
 @pytest.mark.parametrize("value", [-1, 17, "fast", "", 2.5, True, None])
 def test_n_draft_rejects_anything_else_with_the_choices(value):
-    with pytest.raises(ValueError, match="'auto' or a number 0..16"):
-        options.parse_n_draft(value)
+    with pytest.raises(InvalidArgumentError, match="'auto' or a number 0..16"):
+        DraftLength.parse(value)
+
+
+@pytest.mark.parametrize("adaptive,cap", [(False, 17), (False, -1), (True, 3), (False, True)])
+def test_a_draft_length_is_only_what_parse_can_give(adaptive, cap):
+    with pytest.raises(ValueError):
+        DraftLength(adaptive=adaptive, cap=cap)
 
 
 def test_head_policies_mirror_the_engine():
