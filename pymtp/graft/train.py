@@ -48,7 +48,8 @@ import torch.nn.functional as F
 
 from pymtp.errors import PymtpError
 
-from .data import Dataset, GenConfig, corpus_dataset, default_cache_dir, generate_dataset, held_out_prompts
+from .data import GenConfig, corpus_dataset, default_cache_dir, generate_dataset, held_out_prompts
+from .dataset import Dataset
 from .gguf_weights import load_base
 from .torch_model import BaseModel, MTPHead, feature_layers, rope_tables
 from .writer import copy_gguf, write_head_gguf
