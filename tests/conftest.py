@@ -79,7 +79,7 @@ def vendor_script():
     return mod
 
 
-# ---- llama-cpp-python 0.3.36 on pymtp's library (tests/test_llama_cpp_*.py)
+# ---- llama-cpp-python 0.3.36 on pymtp's library (tests/llama_cpp_python/test_llama_cpp_*.py)
 
 LLAMA_CPP_PYTHON = "0.3.36"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "controller_sim"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "controller_sim"))
 import run as controller_sim  # noqa: E402
 
 

@@ -142,7 +142,7 @@ def test_dense_twin_split_into_trunk_and_head_drafts_in_parallel(tmp_path):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from parallel_heads import widen
 
     base, head = tmp_path / "dense.gguf", tmp_path / "dense.mtp.gguf"

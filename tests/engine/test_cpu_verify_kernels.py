@@ -1,7 +1,7 @@
 """ggml-cpu's multi-column dot products (issue 67): one weight row against 1..16 activation columns, each
 weight block unpacked once, must give every column bitwise the result of the one-column kernel that a
 one-token decode runs (ggml_vec_dot_*), on random blocks of every covered type. Called through ctypes on
-the built libggml-cpu; tests/test_real_model_lossless.py checks whole verify batches on real models."""
+the built libggml-cpu; tests/engine/test_real_model_lossless.py checks whole verify batches on real models."""
 
 from __future__ import annotations
 

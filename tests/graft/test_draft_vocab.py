@@ -1,6 +1,6 @@
 """Draft vocabularies for models with their own MTP layers (pymtp trim MODEL): a draft-vocabulary file
 loads like a head file, the model's MTP blocks score only its tokens (-inf elsewhere), and nothing the
-user sees changes. (Trimmed grafted heads of dense models: tests/test_graft.py.)"""
+user sees changes. (Trimmed grafted heads of dense models: tests/graft/test_graft.py.)"""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pymtp.bench import prompts
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_mtbench_turns_and_categories_come_from_the_cached_rows_in_order(tmp_path, monkeypatch):

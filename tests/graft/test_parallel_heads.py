@@ -334,7 +334,7 @@ def test_a_second_block_for_the_mask_rows(parallel_head, tmp_path):
     from pymtp.graft.gguf_weights import load_base
     from pymtp.graft.torch_model import MTPHead, rope_tables
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import parallel_depth
 
     base, head_path, _ = parallel_head

@@ -5,7 +5,7 @@ hidden states. The engine's own loop no longer writes them in a decode of their 
 queue and go into the next step's first draft decode (one MTP decode a step instead of two; on the
 H100 that decode cost ~0.2-0.35 ms of a 2-3 ms step). Checked on a single-head model: the catch-up
 decodes a generation runs, and the MTP KV it leaves, which must equal what a fresh prefill of the
-accepted tokens writes (through the next draft's logits, as tests/test_multihead.py checks its heads).
+accepted tokens writes (through the next draft's logits, as tests/engine/test_multihead.py checks its heads).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ tokens, is a refusal like a 4xx), and the server is healthy after it; a greedy 2
 MTP-off server says.
 Bounded in count and time for CI: PYMTP_FUZZ_EXAMPLES examples per test (default 25), the same ones
 every run (derandomized: a failure reproduces); PYMTP_FUZZ_RANDOM=1 draws new ones for a longer hunt
-(e.g. PYMTP_FUZZ_EXAMPLES=2000 PYMTP_FUZZ_RANDOM=1 pytest tests/test_server_fuzz.py).
-Every body that ever failed is kept in tests/data/server_fuzz_corpus.jsonl and replayed first.
+(e.g. PYMTP_FUZZ_EXAMPLES=2000 PYMTP_FUZZ_RANDOM=1 pytest tests/server/test_server_fuzz.py).
+Every body that ever failed is kept in tests/server/data/server_fuzz_corpus.jsonl and replayed first.
 """
 
 from __future__ import annotations

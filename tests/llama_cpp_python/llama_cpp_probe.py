@@ -1,8 +1,8 @@
-"""Run in a subprocess by tests/test_llama_cpp_mtp.py (llama_cpp replaces libllama's log callback, so
+"""Run in a subprocess by tests/llama_cpp_python/test_llama_cpp_mtp.py (llama_cpp replaces libllama's log callback, so
 it stays out of the pytest process): plain llama_cpp.Llama and pymtp.llama_cpp.Llama on one GGUF, the
 same requests through both; prints one JSON object.
 
-    python tests/llama_cpp_probe.py '{"model": "m.gguf", "head": null, "n_draft": 3, "draft": "auto"}'
+    python tests/llama_cpp_python/llama_cpp_probe.py '{"model": "m.gguf", "head": null, "n_draft": 3, "draft": "auto"}'
 """
 
 from __future__ import annotations

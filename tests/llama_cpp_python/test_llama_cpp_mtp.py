@@ -1,6 +1,6 @@
 """pymtp.llama_cpp: llama-cpp-python's Llama generating through pymtp's engine, and its OpenAI
 server. Every request goes through plain llama_cpp.Llama and pymtp.llama_cpp.Llama on the same tiny
-GGUF (tests/llama_cpp_probe.py, in a subprocess: llama_cpp replaces libllama's log callback) and the
+GGUF (tests/llama_cpp_python/llama_cpp_probe.py, in a subprocess: llama_cpp replaces libllama's log callback) and the
 whole responses must be equal: completions with logprobs, chat completions (the chat template's
 stopping criteria included), streams, stop strings, penalties, prompt caching, reset; seeded
 sampling too where the draft mode keeps the chain's random stream (chain). The draft heads are

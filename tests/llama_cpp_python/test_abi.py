@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PATCHED = ROOT / "vendor" / "llama.cpp" / "include" / "llama.h"
 
 

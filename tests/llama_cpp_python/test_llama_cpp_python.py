@@ -18,7 +18,7 @@ import pytest
 from conftest import python_path
 from pymtp._native.lib import lib_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VERSION = "0.3.36"
 # llama-cpp-python's own tests that need no downloaded model (the rest fetch GGUFs from a model hub)
 OFFLINE_TESTS = (
