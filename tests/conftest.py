@@ -84,11 +84,6 @@ def vendor_script():
 LLAMA_CPP_PYTHON = "0.3.36"
 
 
-def python_path(*dirs) -> str:
-    """PYTHONPATH for a subprocess: these directories, then the caller's own PYTHONPATH (if any)."""
-    return os.pathsep.join([*map(str, dirs), *filter(None, [os.environ.get("PYTHONPATH")])])
-
-
 @pytest.fixture(scope="session")
 def llama_cpp_python(vendor_script) -> Path:
     """A directory holding llama_cpp with its server extra and the packages its tests import, installed

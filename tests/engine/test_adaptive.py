@@ -16,9 +16,8 @@ import pytest
 
 import pymtp
 from gpu import NGL
+from helpers import MAX_TOKENS, PROMPTS, chain_kw, homogeneity_p
 from pymtp._native import llama as L
-from test_engine_lossless import MAX_TOKENS, PROMPTS
-from test_exactness import chain_kw, homogeneity_p
 
 # pinned costs in ms (plain step, draft decode, each verified token beyond the first)
 BREAK_EVEN = (1.0, 0.35, 0.25)  # drafting pays only while acceptance is high

@@ -15,9 +15,8 @@ import pytest
 
 import pymtp
 from gpu import NGL
-from test_multihead import fresh_peek, held_tokens
+from helpers import PROMPT_TOKENS, fresh_peek, held_tokens
 
-PROMPT_TOKENS = list(range(10, 40))
 K = 3
 
 

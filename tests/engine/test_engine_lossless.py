@@ -12,17 +12,9 @@ import pytest
 
 import pymtp
 from gpu import NGL
+from helpers import MAX_TOKENS, PROMPTS
 
-PROMPTS = [
-    "The quick brown fox", "Once upon a time", "def fibonacci(n):", "In 1905, Albert Einstein",
-    "The recipe calls for", "SELECT name FROM users WHERE", "Dear Sir or Madam,", "1, 2, 3, 4,",
-    "The capital of France is", "import numpy as np\n", "Q: What is the speed of light?\nA:",
-    "Roses are red,", "It was a dark and stormy night", "The mitochondria is", "To be or not to be",
-    "<html><body>", "Monday Tuesday Wednesday", "Hello, my name is", "A B C D E F", "Translate to French: cat",
-    "The weather today", "{\"key\": [1, 2,",
-]
 N_DRAFTS = (1, 2, 3, 5)
-MAX_TOKENS = 24
 
 
 def test_greedy_identical_on_off(model_pair):

@@ -12,35 +12,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from scipy.stats import chi2_contingency
 
-N_SAMPLES = 20_000
-N_TOKENS = 4           # first token + one step with up to 3 drafts (k clamps to max_tokens - 1 - done)
-PROMPT = "Once upon a time"
-
-
-def sample_joint(model, n: int, seed0: int, **kw) -> Counter:
-    prompt = model.tokenize(PROMPT)
-    counts = Counter()
-    for i in range(n):
-        out = model.generate(prompt, max_tokens=N_TOKENS, seed=seed0 + i, **kw)
-        counts[tuple(out.tokens)] += 1
-    return counts
-
-
-def homogeneity_p(a: Counter, b: Counter) -> float:
-    """Chi-square p-value that a and b come from one distribution (rare cells pooled)."""
-    cells = sorted(set(a) | set(b), key=lambda c: -(a[c] + b[c]))
-    table, other = [], [0, 0]
-    for c in cells:
-        if a[c] + b[c] >= 20:
-            table.append([a[c], b[c]])
-        else:
-            other[0] += a[c]
-            other[1] += b[c]
-    if sum(other):
-        table.append(other)
-    return chi2_contingency(table)[1]
+from helpers import N_SAMPLES, PROMPT, chain_kw, homogeneity_p, sample_joint
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +26,6 @@ def exact_pair(tiny_model_path):
     yield on, off
     on.close()
     off.close()
-
-
-def chain_kw(temperature: float) -> dict:
-    return dict(temperature=temperature, top_k=8, top_p=0.95, min_p=0.0, repeat_penalty=1.1)
 
 
 @pytest.fixture(scope="module")

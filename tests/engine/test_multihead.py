@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 
 from gpu import NGL
-from test_exactness import N_SAMPLES, chain_kw, homogeneity_p, sample_joint
+from helpers import N_SAMPLES, PROMPT_TOKENS, chain_kw, fresh_peek, held_tokens, homogeneity_p, sample_joint
 
 MULTI_ARCHS = ("step35", "glm4moe", "qwen35")   # step35: upstream's multi-head arch; the others: lifted limit
 POLICIES = ("per_layer", "first", "capped")
 N_HEADS = 3
 RATES = [0.8, 0.6, 0.45, 0.3, 0.2]               # synthetic: a varied accept/reject pattern every step
-PROMPT_TOKENS = list(range(10, 40))
 # Logits of an incremental engine and a fresh replay differ by float rounding only (the target
 # decodes the same tokens in other batch shapes: <= 0.01 seen); a wrong head cache moves them far more.
 TOL = 0.02
@@ -37,22 +36,6 @@ def open_model(path, **kw):
 @pytest.fixture(scope="module", params=MULTI_ARCHS)
 def multi_path(request, tiny_model_path):
     return tiny_model_path(request.param, n_nextn=N_HEADS)
-
-
-def held_tokens(out) -> list[int]:
-    """What the target holds after a generation: every emitted token but the pending last one (an
-    end-of-generation token is pending too, and not in out.tokens)."""
-    return PROMPT_TOKENS + (out.tokens if out.finish_reason == "eos" else out.tokens[:-1])
-
-
-def fresh_peek(fresh, seq, k):
-    """Close-after-use model ``fresh`` prefills seq[:-1] and peeks the draft after seq[-1]."""
-    from pymtp._native import llama as L
-
-    with fresh:
-        arr = (L.llama_token * (len(seq) - 1))(*seq[:-1])
-        assert fresh.rt.lib.llama_mtp_prefill(fresh.rt.engine, arr, len(seq) - 1) == 0
-        return fresh.rt.peek_draft(k, id_last=seq[-1])
 
 
 def replay_peek(path, seq, heads, n_draft, k):

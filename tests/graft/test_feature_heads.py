@@ -13,17 +13,18 @@ import numpy as np
 import pytest
 import torch
 
-from pymtp.cli.main import main
-from test_graft import (
+from helpers import (
     ARCHS,
     GRAFT_ARGS,
     N_LAYER,
     D,
+    assert_engine_draft_is_torchs_pass,
     assert_head_drafts_losslessly,
     expected_head_names,
     graft_tiny,
     write_tiny,
 )
+from pymtp.cli.main import main
 
 FEAT = f"blk.{N_LAYER}.nextn.eh_proj.feat"
 DEFAULT_ARGS = [a for a in GRAFT_ARGS if a != "--no-features"]   # feature heads are pymtp graft's default
@@ -144,7 +145,6 @@ def test_parallel_feature_head_drafts_the_pass_torch_computes(tmp_path):
     torch's parallel pass fed the fusion."""
     from pymtp.graft.gguf_weights import load_base
     from pymtp.graft.torch_model import feature_layers
-    from test_parallel_heads import assert_engine_draft_is_torchs_pass
 
     K = 3
     base_path, head_path, _ = graft_tiny(tmp_path, "par-feat", "--parallel", str(K), "--features", args=DEFAULT_ARGS)

@@ -8,7 +8,6 @@ installs it) and the native library; without either the tests fail.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 
@@ -17,101 +16,25 @@ import numpy as np
 import pytest
 import torch  # noqa: F401  (the test extra installs it: a missing torch must fail, not skip)
 
+from helpers import (
+    ARCHS,
+    CHECK_SEQ,
+    CORPUS,
+    GRAFT_ARGS,
+    N_LAYER,
+    D,
+    assert_head_drafts_losslessly,
+    check_acceptance_step_weights,
+    expected_head_names,
+    fresh_peek,
+    homogeneity_p,
+    joint_first_tokens,
+    write_tiny,
+)
 from pymtp.chat_template import CHATML_TEMPLATE  # noqa: E402
 from pymtp.cli.main import main  # noqa: E402
 
-D, N_LAYER, N_HEAD, N_KV, HEAD_DIM, N_FF = 64, 2, 4, 2, 16, 128
-ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
-
-
 # --------------------------------------------------------------------------- tiny models
-
-def _byte_vocab():
-    """GPT-2 style byte-level BPE: 256 byte tokens, 6 merges, ChatML specials."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    b2u = dict(zip(bs, [chr(c) for c in cs]))
-    pairs = [("Ġ", "t"), ("h", "e"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n")]
-    tokens = [b2u[b] for b in range(256)] + [a + b for a, b in pairs]
-    n_normal = len(tokens)
-    tokens += ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    return tokens, [1] * n_normal + [3] * 3, [f"{a} {b}" for a, b in pairs], n_normal
-
-
-def write_tiny(path, arch="llama", seed=0, f32=True, sliding_window=0):
-    """A trunk-only tiny model of ``arch`` (random weights; an untied LM head)."""
-    tokens, types, merges, n_normal = _byte_vocab()
-    V = len(tokens)
-    rng = np.random.default_rng(seed)
-    hd = 32 if arch in ("qwen3", "gemma3") else HEAD_DIM   # head_dim != n_embd / n_head
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"tiny-{arch}")
-    w.add_context_length(2048)
-    w.add_embedding_length(D)
-    w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_KV)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(10000.0)
-    if arch == "gemma3" and sliding_window:
-        w.add_sliding_window(sliding_window)
-        w.add_uint32("gemma3.attention.sliding_window_pattern", 2)
-        w.add_rope_freq_base_swa(1000.0)
-        w.add_final_logit_softcapping(20.0)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(n_normal)
-    w.add_eos_token_id(n_normal + 2)
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHATML_TEMPLATE)
-
-    def mat(name, shape, std):
-        a = rng.standard_normal(shape) * std
-        w.add_tensor(name, a.astype(np.float32 if f32 else np.float16))
-
-    def vec(name, n, nominal=1.0):
-        w.add_tensor(name, (nominal * rng.uniform(0.8, 1.2, n)).astype(np.float32))
-
-    mat("token_embd.weight", (V, D), 1.0)
-    mat("output.weight", (V, D), D ** -0.5 * 3)
-    vec("output_norm.weight", D)
-    for il in range(N_LAYER):
-        b = f"blk.{il}."
-        vec(b + "attn_norm.weight", D)
-        vec(b + "ffn_norm.weight", D)
-        mat(b + "attn_q.weight", (N_HEAD * hd, D), D ** -0.5)
-        mat(b + "attn_k.weight", (N_KV * hd, D), D ** -0.5)
-        mat(b + "attn_v.weight", (N_KV * hd, D), D ** -0.5)
-        mat(b + "attn_output.weight", (D, N_HEAD * hd), 0.5 * (N_HEAD * hd) ** -0.5)
-        mat(b + "ffn_gate.weight", (N_FF, D), D ** -0.5)
-        mat(b + "ffn_up.weight", (N_FF, D), D ** -0.5)
-        mat(b + "ffn_down.weight", (D, N_FF), 0.5 * N_FF ** -0.5)
-        if arch == "qwen2":
-            for n, size in (("attn_q", N_HEAD * hd), ("attn_k", N_KV * hd), ("attn_v", N_KV * hd)):
-                w.add_tensor(b + n + ".bias", (0.1 * rng.standard_normal(size)).astype(np.float32))
-        if arch in ("qwen3", "gemma3"):
-            vec(b + "attn_q_norm.weight", hd)
-            vec(b + "attn_k_norm.weight", hd)
-        if arch == "gemma3":
-            vec(b + "post_attention_norm.weight", D)
-            vec(b + "post_ffw_norm.weight", D)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
@@ -135,38 +58,6 @@ def test_torch_trunk_matches_llama_cpp(tmp_path, arch, window):
 
 
 # --------------------------------------------------------------------------- end to end
-
-# byte-level vocabulary: a chat prompt is ~100-250 tokens, the generated part 40
-# --no-features: these tests hold the ordinary head's contract (feature heads: test_feature_heads.py)
-GRAFT_ARGS = ["--samples", "12", "--gen-tokens", "40", "--steps", "30", "--batch", "4", "--seq-len", "320",
-              "--lr", "3e-3", "--device", "cpu", "--threads", "1", "--quiet", "--check-prompts", "3",
-              "--no-features"]
-
-
-def graft_tiny(out, name: str, *extra: str, args=GRAFT_ARGS):
-    """A tiny llama base in ``out`` and a head grafted for it on CORPUS with ``args`` + ``extra``:
-    (base, head, its report)."""
-    base = write_tiny(out / "tiny-llama.gguf", "llama", seed=1)
-    corpus = out / "corpus.txt"
-    corpus.write_text(CORPUS)
-    head, report = out / f"{name}.gguf", out / f"{name}.json"
-    assert main(["graft", str(base), "-o", str(head), "--report", str(report), *extra,
-                 "--data-cache", str(out / "cache"), "--corpus", str(corpus), *args]) == 0
-    return base, head, json.loads(report.read_text())
-
-
-def expected_head_names(n_layer):
-    L = n_layer
-    names = {f"blk.{L}.{s}.weight" for s in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                               "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
-                                               "nextn.eh_proj", "nextn.enorm", "nextn.hnorm",
-                                               "nextn.shared_head_norm")}
-    return names
-
-
-CORPUS = ("The quick brown fox jumps over the lazy dog. " * 8 + "\n\n"
-          + "In the beginning there was the word, and the word was written down. " * 12)
-
 
 def test_a_head_with_a_draft_vocabulary_trains_on_its_tokens(tiny_llama):
     """With a draft vocabulary the distillation loss is the KL between the base's distribution
@@ -192,103 +83,6 @@ def test_a_head_with_a_draft_vocabulary_trains_on_its_tokens(tiny_llama):
     assert torch.equal(agree, s.argmax(-1) == t.argmax(-1))
     kl_full, _, _, _ = Distiller(base, head, cfg, cpu, None)._chunk_loss(o, h, tgt)
     assert not torch.allclose(kl_full, kl, rtol=1e-2)
-
-
-def distill_inputs(base_path, head_path):
-    """What a Distiller takes, on the tiny corpus: (base, head, x, valid, lmask, h): two 64-token rows, the
-    second ending at 50, the first two positions of each outside the loss."""
-    from pymtp.graft.gguf_weights import load_base
-    from pymtp.graft.torch_model import BaseModel, MTPHead
-
-    bg = load_base(base_path, with_sha=False)
-    base = BaseModel(bg)
-    head = MTPHead.from_gguf(bg.hparams, head_path)
-    text = list(CORPUS.encode())
-    B, T = 2, 64
-    x = torch.tensor([text[:T], text[40:40 + T]])
-    valid = torch.ones(B, T, dtype=torch.bool)
-    valid[1, 50:] = False
-    lmask = valid.clone()
-    lmask[:, :2] = False
-    with torch.no_grad():
-        h = base(x, ())
-    return base, head, x, valid, lmask, h
-
-
-def check_acceptance_step_weights(base_path, head_path, steps: int):
-    """--step-weights acceptance: a later draft step's loss at a position is weighted by the chance that
-    the earlier steps' drafts for the same anchor are all accepted, prod (1 - TV(base, head)); the total
-    is the weighted mean over every step's rows. Checked against the losses recomputed step by step on
-    the corpus with the trained head: a chained step s at p continues the anchor p - s (its earlier steps
-    sit at p - s .. p - 1), a parallel entry i at p is anchored at p itself. The same walk gives
-    validation's "in_a_row" (greedy drafts accepted in a row, teacher-forced)."""
-    from pymtp.graft.train import Distiller, TrainConfig
-
-    base, head, x, valid, lmask, h = distill_inputs(base_path, head_path)
-    parallel = head.parallel
-    B, T = x.shape
-    cpu = torch.device("cpu")
-
-    def run(weights):
-        cfg = TrainConfig(device="cpu", seq_len=T, chain=1 if parallel else steps, step_weights=weights,
-                          chain_weight=1.0, features=False)
-        d = Distiller(base, head, cfg, cpu, contextlib.nullcontext)
-        with torch.no_grad():
-            return d, *d(x, valid, lmask, h)
-
-    d, loss, stats = run("acceptance")
-    _, loss_geo, stats_geo = run("geometric")
-    assert len(stats) == steps
-    assert [st["agree"] for st in stats] == [st["agree"] for st in stats_geo]
-
-    # each step's per-position KL, agreement and acceptance chance, recomputed, as [B, T] (0 elsewhere)
-    cos, sin = d.cos, d.sin
-    emb = base.tok_embd[x]
-    h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
-    kls, keeps, agrees, rows_of = [], [], [], []
-    with torch.no_grad():
-        if parallel:
-            outs = head.parallel_forward(emb, h_prev, cos[:T + parallel - 1], sin[:T + parallel - 1])
-        else:
-            outs, history, hp_ = [], [], h_prev
-            for s in range(steps):
-                out, kv = head(emb, hp_, cos[:T], sin[:T], history=history or None)
-                history.append(kv)
-                outs.append(out)
-                hp_ = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
-        pos = torch.arange(T)
-        for i, out in enumerate(outs):
-            if parallel:
-                ahead = torch.zeros_like(valid)
-                ahead[:, :T - i] = valid[:, i:]
-                rows, shift = lmask & ahead, i
-            else:
-                rows, shift = lmask & (pos[None, :] >= i), 0
-            b, p = rows.nonzero(as_tuple=True)
-            kl, _, agree, keep = d._chunk_loss(out[b, p], h[b, p + shift], x[b, p])
-            o, t = (torch.softmax(base.logits(v), -1) for v in (out[b, p], h[b, p + shift]))
-            torch.testing.assert_close(keep, 1 - 0.5 * (o - t).abs().sum(-1), rtol=1e-4, atol=1e-5)
-            K, L, A = torch.zeros(B, T), torch.zeros(B, T), torch.zeros(B, T)
-            K[b, p], L[b, p], A[b, p] = keep, kl, agree.float()
-            kls.append(L), keeps.append(K), agrees.append(A), rows_of.append(rows)
-    num = den = 0.0
-    for s in range(steps):
-        reach, streak = torch.ones(B, T), agrees[s]
-        for j in range(s):      # the earlier steps of this step's anchor
-            reach = reach * (keeps[j] if parallel else torch.roll(keeps[j], s - j, dims=1))
-            streak = streak * (agrees[j] if parallel else torch.roll(agrees[j], s - j, dims=1))
-        in_a_row = float((streak * rows_of[s]).sum() / rows_of[s].sum())
-        assert stats[s]["in_a_row"] == pytest.approx(in_a_row)
-        w = reach * rows_of[s]
-        num = num + (w * kls[s]).sum() / rows_of[s].sum()
-        den = den + w.sum() / rows_of[s].sum()
-        if s:
-            assert 0.0 < float(w[rows_of[s]].mean()) < 0.99
-            assert in_a_row <= stats[s]["agree"]
-            if not parallel:    # (the tiny parallel head's later entries agree with nothing yet)
-                assert 0.0 < in_a_row < stats[s]["agree"], (s, in_a_row, stats[s]["agree"])
-    torch.testing.assert_close(loss, num / den, rtol=1e-4, atol=1e-6)
-    assert not torch.allclose(loss, loss_geo, rtol=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -387,18 +181,6 @@ def test_llama_cpp_runs_the_grafted_head_like_torch(grafted, tiny_llama):
     # f16 head matrices: llama.cpp rounds the activations to f16 for them as well
     assert r["max_abs_diff_mtp_logits"] < 5e-2, r
     assert r["mtp_argmax_agreement"] == 1.0, r
-
-
-def assert_head_drafts_losslessly(base, head, n_draft: int) -> None:
-    """The base with the head drafts, and its greedy text equals the base's without MTP."""
-    import pymtp
-
-    with pymtp.Model(base, mtp="on", mtp_head=head, n_draft=n_draft, n_ctx=256, n_threads=1) as m:
-        assert m.mtp_enabled
-        out = m.generate("Hello", max_tokens=16)
-        assert out.stats.to_dict()["n_drafted"] > 0
-    with pymtp.Model(base, mtp="off", n_ctx=256, n_threads=1) as m:
-        assert m.generate("Hello", max_tokens=16).tokens == out.tokens       # lossless
 
 
 def test_generation_uses_the_head(grafted, tiny_llama):
@@ -517,7 +299,6 @@ def test_graft_other_archs(tmp_path, arch, window):
 # --------------------------------------------------------------------------- --heads N
 
 N_HEADS = 3
-CHECK_SEQ = [72, 101, 108, 108, 111, 44, 32, 116, 104, 101, 114, 101, 33, 10, 87, 104, 97, 116, 32, 105, 115]
 
 
 @pytest.fixture(scope="module")
@@ -628,7 +409,6 @@ def test_grafted_heads_engine_lossless_and_caches_exact(grafted_heads, tiny_llam
     import numpy as np
 
     import pymtp
-    from test_multihead import fresh_peek
 
     head, _ = grafted_heads
     prompt = CHECK_SEQ
@@ -729,25 +509,11 @@ def test_greedy_drafts_alike_on_the_backend_and_on_the_host(grafted, tiny_llama,
     assert b.stats.accepted_per_position == h.stats.accepted_per_position
 
 
-def joint_first_tokens(m, n: int, seed0: int, **extra):
-    """(Counter of the first 3 tokens after "The quick brown" over n seeds at T=1, drafts accepted)."""
-    from collections import Counter
-
-    kw = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
-    prompt, counts, accepted = m.tokenize("The quick brown"), Counter(), 0
-    for i in range(n):
-        out = m.generate(prompt, max_tokens=3, seed=seed0 + i, **kw, **extra)
-        counts[tuple(out.tokens)] += 1
-        accepted += out.stats.n_accepted
-    return counts, accepted
-
-
 def test_trimmed_head_stochastic_drafting_is_exact(grafted, tiny_llama, tmp_path):
     """Rejection sampling with q on the draft vocabulary only (q = 0 elsewhere) keeps the target's
     distribution: the joint law of the first tokens equals plain sampling (chi-square), while drafts
     are accepted; a verifier that accepts every draft is rejected by the same test."""
     import pymtp
-    from test_exactness import homogeneity_p
 
     trimmed, keep, _ = _trimmed(grafted, tiny_llama, tmp_path, n=24)
     n = 5000

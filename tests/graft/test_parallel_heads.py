@@ -14,20 +14,24 @@ import pytest
 import torch
 
 import pymtp
-from pymtp.cli.main import main
-from test_graft import (
+from helpers import (
     CHECK_SEQ,
     CORPUS,
     GRAFT_ARGS,
     N_LAYER,
     D,
+    assert_engine_draft_is_torchs_pass,
+    assert_same_logprobs,
     check_acceptance_step_weights,
     distill_inputs,
     expected_head_names,
+    fresh_peek,
     graft_tiny,
+    homogeneity_p,
     joint_first_tokens,
     write_tiny,
 )
+from pymtp.cli.main import main
 
 K = 3
 
@@ -65,35 +69,6 @@ def test_acceptance_step_weights_of_a_parallel_pass(parallel_head):
     """--step-weights acceptance over a parallel pass: entry i is weighted by entries 0..i-1 of its own pass."""
     base, head, _ = parallel_head
     check_acceptance_step_weights(base, head, steps=K)
-
-
-def assert_engine_draft_is_torchs_pass(base_path, head_path, k: int):
-    """One engine draft (peek) of k tokens after CHECK_SEQ = torch's parallel pass at its last position
-    (fed the fusion of the trunk features for a feature head): the same logits for every entry, from one
-    MTP decode, and their argmaxes as the tokens. Returns the torch head."""
-    from pymtp.graft.gguf_weights import load_base
-    from pymtp.graft.torch_model import BaseModel, MTPHead, feature_layers, rope_tables
-    from test_multihead import fresh_peek
-
-    seq = CHECK_SEQ
-    toks, logits = fresh_peek(open_model(base_path, head_path, n_draft=k), seq, k)
-    assert len(toks) == k
-    base_g = load_base(base_path, with_sha=False)
-    base, hp = BaseModel(base_g), base_g.hparams
-    head = MTPHead.from_gguf(hp, head_path)
-    assert head.parallel == k
-    T = len(seq)
-    with torch.no_grad():
-        x = torch.tensor([seq])
-        h = head.fuse(base(x, feature_layers(hp.n_layer) if head.features else ()))
-        cos, sin = rope_tables(torch.arange(T + k), hp.n_rot, hp.rope_base, hp.rope_freq_scale, base.rope_freqs)
-        h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
-        outs = head.parallel_forward(base.tok_embd[x], h_prev, cos, sin)
-        want = np.stack([base.logits(o[0, -1]).numpy() for o in outs])
-    got = np.asarray(logits, dtype=np.float32).reshape(k, -1)
-    assert float(np.abs(got - want).max()) < 5e-2          # f16 head matrices
-    assert toks == [int(w.argmax()) for w in want]
-    return head
 
 
 def test_step_decay_weights_the_entries(parallel_head):
@@ -147,7 +122,6 @@ def test_parallel_head_is_lossless_one_decode_a_step(parallel_head, n_draft):
 def test_parallel_head_logprobs_equal_mtp_offs(parallel_head):
     """Every response field equals MTP off's with a parallel head too: a token's logprob and its top
     alternatives come from the target's verify rows, whichever pass drafted the token."""
-    from test_logprobs import assert_same_logprobs
 
     base, head, _ = parallel_head
     accepted = 0
@@ -185,7 +159,6 @@ def test_the_pass_drafts_alike_on_the_backend_and_on_the_host(parallel_head, mon
 def test_parallel_head_caches_equal_a_fresh_replay(parallel_head):
     """After random accept/reject patterns the MTP KV holds what a fresh prefill of the accepted
     tokens writes: the next draft (tokens and logits) equals a fresh engine's."""
-    from test_multihead import fresh_peek
 
     base, head, _ = parallel_head
     with open_model(base, head, n_draft=K) as m:
@@ -202,7 +175,6 @@ def test_parallel_head_caches_equal_a_fresh_replay(parallel_head):
 def test_parallel_stochastic_drafting_is_exact(parallel_head):
     """Rejection sampling with q_i from entry i's logits keeps the target's law: the joint law of
     the first 3 tokens equals plain sampling (chi-square) while drafts are accepted."""
-    from test_exactness import homogeneity_p
 
     base, head, _ = parallel_head
     n = 4000
@@ -279,7 +251,6 @@ def test_a_parallel_head_from_a_trained_sequential_one(tmp_path):
     # the pass's first entry is the sequential head's own draft: the same first draft token
     m_seq = open_model(base, seq, n_draft=1)
     m_par = open_model(base, par, n_draft=K)
-    from test_multihead import fresh_peek
 
     assert fresh_peek(m_seq, CHECK_SEQ, 1)[0][0] == fresh_peek(m_par, CHECK_SEQ, K)[0][0]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import python_path
+from helpers import python_path
 from pymtp._native.lib import lib_dir
 from server_harness import free_port
 

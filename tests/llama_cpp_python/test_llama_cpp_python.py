@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import python_path
+from helpers import python_path
 from pymtp._native.lib import lib_dir
 
 ROOT = Path(__file__).resolve().parents[2]

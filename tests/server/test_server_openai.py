@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import LOGPROB_TOL as TOL
 from server_harness import CHAT, CTX, PROMPTS, free_port
-from test_server_parity import TOL
 
 # `python -m pymtp...` puts its working directory first on sys.path: run it outside the checkout, so that it imports
 # the installed pymtp (with its llama-server), not the source tree's (CI: a fresh clone without pymtp/bin)
