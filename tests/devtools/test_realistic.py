@@ -20,6 +20,8 @@ from pymtp._native import llama as L  # noqa: E402
 from pymtp_devtools import realistic as rl  # noqa: E402
 from pymtp_devtools import tiny_models as tm  # noqa: E402
 
+pytestmark = pytest.mark.gpu
+
 SCALE = 0.05
 N_VOCAB = 40000      # deepseek-coder's 32k tokens padded: exercises the padding and its zero LM-head rows
 Q = gguf.GGMLQuantizationType

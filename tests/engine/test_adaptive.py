@@ -19,6 +19,9 @@ from gpu import NGL
 from helpers import MAX_TOKENS, PROMPTS, chain_kw, homogeneity_p
 from pymtp._native import llama as L
 
+pytestmark = pytest.mark.gpu
+
+
 # pinned costs in ms (plain step, draft decode, each verified token beyond the first)
 BREAK_EVEN = (1.0, 0.35, 0.25)  # drafting pays only while acceptance is high
 CHEAP = (1.0, 0.02, 0.02)       # drafting nearly free: long drafts on the planted heads' easy text
@@ -338,6 +341,7 @@ CONFIDENCE_CUTS = (1.0, 0.02, 0.3)
 N_CHI = 4_000
 
 
+@pytest.mark.slow
 def test_distribution_unchanged_while_cutting_by_confidence(tiny_model_path):
     """T > 0, stochastic drafts, the controller cutting drafts by the head's confidence (steps of
     0, 1, 2.. drafts mixed within generations): the joint distribution of the first tokens equals plain

@@ -17,6 +17,8 @@ import pymtp
 from gpu import NGL
 from helpers import PROMPT_TOKENS, fresh_peek, held_tokens
 
+pytestmark = pytest.mark.gpu
+
 K = 3
 
 

@@ -21,6 +21,8 @@ from gpu import NGL
 from pymtp.errors import ModelFileError, ModelLoadError
 from pymtp_devtools import tiny_dense as td
 
+pytestmark = pytest.mark.gpu
+
 PROMPTS = [
     "The quick brown fox", "Once upon a time", "def fibonacci(n):", "In 1905, Albert Einstein",
     "SELECT name FROM users WHERE", "1, 2, 3, 4,", "Q: What is the speed of light?\nA:",

@@ -10,6 +10,8 @@ import pytest
 import pymtp
 from pymtp.errors import ContextOverflowError, InvalidArgumentError, ModelFileError, MTPUnavailableError
 
+pytestmark = pytest.mark.gpu
+
 
 def test_missing_file(tmp_path):
     with pytest.raises(ModelFileError, match="not found"):

@@ -14,6 +14,8 @@ import pymtp
 from gpu import NGL
 from helpers import MAX_TOKENS, PROMPTS
 
+pytestmark = pytest.mark.gpu
+
 N_DRAFTS = (1, 2, 3, 5)
 
 

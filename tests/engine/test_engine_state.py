@@ -8,6 +8,8 @@ import pymtp
 from gpu import NGL
 from pymtp.errors import InvalidArgumentError
 
+pytestmark = pytest.mark.gpu
+
 PROMPT = "The quick brown fox jumps over the lazy dog and then"
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytestmark = pytest.mark.gpu
+
 
 def test_stats_consistent(model_pair):
     on, off = model_pair

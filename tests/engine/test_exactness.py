@@ -15,6 +15,8 @@ import pytest
 
 from helpers import N_SAMPLES, PROMPT, chain_kw, homogeneity_p, sample_joint
 
+pytestmark = pytest.mark.gpu
+
 
 @pytest.fixture(scope="module")
 def exact_pair(tiny_model_path):
@@ -42,6 +44,7 @@ def plain_samples(exact_pair):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 def test_stochastic_matches_plain_sampling(exact_pair, plain_samples, temperature):
     on, _ = exact_pair
@@ -51,6 +54,7 @@ def test_stochastic_matches_plain_sampling(exact_pair, plain_samples, temperatur
     assert p > 0.01, f"MTP stochastic changed the output distribution (chi-square p = {p:.2e})"
 
 
+@pytest.mark.slow
 def test_broken_verifier_is_detected(exact_pair, plain_samples):
     on, _ = exact_pair
     plain = plain_samples(1.0)
@@ -128,6 +132,7 @@ def test_backend_candidates_give_the_hosts_q(tiny_model_path, monkeypatch, penal
     assert backend == host
 
 
+@pytest.mark.slow
 def test_backend_candidates_stay_exact_when_q_is_cut(tiny_model_path, monkeypatch):
     """With no top-k in the chain, q over the 128 candidates is not the host's q over the whole row, and rejection
     sampling is exact for it all the same: the joint law of the first tokens equals plain sampling."""

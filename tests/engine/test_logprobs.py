@@ -15,6 +15,8 @@ import pytest
 import pymtp
 from helpers import assert_same_logprobs
 
+pytestmark = pytest.mark.gpu
+
 PROMPTS = ["The quick brown fox", "1, 2, 3, 4,", "def fibonacci(n):", "Once upon a time"]
 
 

@@ -16,6 +16,8 @@ import pytest
 from gpu import NGL
 from helpers import N_SAMPLES, PROMPT_TOKENS, chain_kw, fresh_peek, held_tokens, homogeneity_p, sample_joint
 
+pytestmark = pytest.mark.gpu
+
 MULTI_ARCHS = ("step35", "glm4moe", "qwen35")   # step35: upstream's multi-head arch; the others: lifted limit
 POLICIES = ("per_layer", "first", "capped")
 N_HEADS = 3
@@ -144,6 +146,7 @@ def multi_exact_pair(tiny_model_path):
     off.close()
 
 
+@pytest.mark.slow
 def test_stochastic_per_layer_matches_plain_sampling(multi_exact_pair):
     """Rejection sampling with drafts from three different heads keeps the output distribution."""
     on, off = multi_exact_pair

@@ -17,6 +17,8 @@ import pymtp
 from gpu import NGL
 from pymtp._native import llama as L
 
+pytestmark = pytest.mark.gpu
+
 TEXT_A = ("The old lighthouse keeper climbed the stairs every evening, counting the steps and listening "
           "to the waves below. He kept a notebook of ships, storms and the colours of the sky, and on "
           "quiet nights he wrote letters to his sister in the city, telling her about the seals that "

@@ -14,6 +14,8 @@ import pytest
 import pymtp
 from gpu import NGL
 
+pytestmark = pytest.mark.gpu
+
 QUESTIONS = [
     "Write a short poem about a lighthouse keeper who talks to the sea.",
     "Now explain how a bicycle gear system works to a ten-year-old.",
@@ -39,6 +41,7 @@ def assert_greedy_chat_identical(path, k: int, questions: list[str], **head) -> 
         assert accepted > 0  # the head's drafts were really used
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 3])
 def test_greedy_chat_identical_on_the_quantized_built_in_model(k):
     from pymtp import default_model
@@ -61,6 +64,7 @@ def built_in_q4_0(tmp_path_factory):
     return dst, default_model.SHIPPED_HEAD
 
 
+@pytest.mark.slow
 def test_the_q4_0_copy_runs_through_the_cpu_repack_path(built_in_q4_0):
     import subprocess
     import sys
@@ -78,6 +82,7 @@ def test_the_q4_0_copy_runs_through_the_cpu_repack_path(built_in_q4_0):
     assert "q4_0_8x8" in r.stderr or "q4_0_4x" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 3])
 def test_greedy_chat_identical_through_the_cpu_repack_path(built_in_q4_0, k):
     """Greedy MTP output equals plain decoding where the verify batch's rows go through the repack

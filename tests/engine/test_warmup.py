@@ -15,6 +15,8 @@ import pymtp
 from gpu import NGL
 from pymtp._native import llama as L
 
+pytestmark = pytest.mark.gpu
+
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time"]
 
 

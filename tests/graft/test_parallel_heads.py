@@ -186,6 +186,7 @@ def test_parallel_stochastic_drafting_is_exact(parallel_head):
     assert homogeneity_p(plain, drafted) > 1e-3
 
 
+@pytest.mark.gpu
 def test_llama_server_drafts_with_the_parallel_head(parallel_head, tmp_path):
     """llama-server --mtp takes the parallel head as any head: its steps draft several tokens from one
     MTP decode, and the response's timings say parallel = K."""

@@ -33,6 +33,7 @@ def run(deps: Path, args: list[str], cwd: Path, timeout: float = 600, **env) -> 
     return subprocess.run([sys.executable, *args], cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [("glm4moe", "chain", 3), ("qwen35", "auto", 3), ("llama+head", "auto", 4)],
                          ids=lambda c: f"{c[0]}-{c[1]}-k{c[2]}")
 def test_mtp_llama_answers_like_plain_llama_cpp_python(case, models, llama_cpp_python, tmp_path):

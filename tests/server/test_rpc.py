@@ -20,6 +20,8 @@ import pytest
 
 from server_harness import Server, free_port
 
+pytestmark = pytest.mark.gpu
+
 CLI = [sys.executable, "-c", "import sys; from pymtp.cli.main import main; sys.exit(main())"]
 
 

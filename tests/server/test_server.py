@@ -29,6 +29,9 @@ from server_harness import (
 
 openai = pytest.importorskip("openai")
 
+pytestmark = pytest.mark.gpu
+
+
 # ----------------------------------------------------------------------------- exactness
 
 

@@ -28,6 +28,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 from server_harness import CHAT, PROMPTS  # noqa: E402
 
+pytestmark = pytest.mark.gpu
+
 EXAMPLES = int(os.environ.get("PYMTP_FUZZ_EXAMPLES", "25"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=not os.environ.get("PYMTP_FUZZ_RANDOM"),
                     database=None, suppress_health_check=list(HealthCheck), print_blob=True)

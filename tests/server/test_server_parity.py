@@ -16,6 +16,8 @@ import pytest
 from helpers import LOGPROB_TOL as TOL
 from server_harness import PROMPTS
 
+pytestmark = pytest.mark.gpu
+
 VOLATILE = {"id", "created", "timings", "system_fingerprint"}
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from server_harness import PROMPTS
 
+pytestmark = pytest.mark.gpu
+
 LONG = " ".join(f"item {i}," for i in range(40))
 
 

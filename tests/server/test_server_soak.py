@@ -7,6 +7,10 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 RSS_GROWTH_MB = 16.0  # after the warm-up; the measured growth is ~1-2 MB (docs/results/server-soak-cpu.json)
 

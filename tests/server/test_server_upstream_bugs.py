@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 
+import pytest
+
 from server_harness import PROMPTS
+
+pytestmark = pytest.mark.gpu
 
 LONG = " ".join(f"item {i}," for i in range(40))  # ~120 tokens: several 16-token ubatches
 

@@ -17,6 +17,8 @@ import pytest
 
 from server_harness import Server
 
+pytestmark = pytest.mark.gpu
+
 NO_UI_MARK = "The chat page is not built into this llama-server"
 
 
