@@ -35,13 +35,14 @@ def main() -> int:
     from pymtp._native import llama as L
     from pymtp._native import model_calls as M
     from pymtp.engine.runtime import Runtime, RuntimeConfig
+    from pymtp.options import DraftLength
 
     sizes = [int(s) for s in a.sizes.split(",")]
     n_ctx = 64 + (a.reps + 1) * sum(sizes) + 64
     path = Path(a.model).resolve()
     head = a.mtp_head or default_model.shipped_head_for(path)
-    rt = Runtime(path, RuntimeConfig(n_threads=a.threads, mtp=a.mtp, n_draft=16, n_ctx=max(4096, n_ctx),
-                                     mtp_head=str(head) if head and a.mtp == "on" else None))
+    rt = Runtime(path, RuntimeConfig(n_threads=a.threads, mtp=a.mtp, n_draft=DraftLength.fixed(16),
+                                     n_ctx=max(4096, n_ctx), mtp_head=str(head) if head and a.mtp == "on" else None))
     lib, ctx = L.lib(), rt.ctx
     pos = 0
 

@@ -15,7 +15,9 @@ from .errors import (
     PymtpError,
 )
 from .model import Completion, Model, Stats, Stream, TokenLogprob
+from .options import DraftLength
 
 __version__ = "0.1.0"
-__all__ = ["Model", "Completion", "Stream", "Stats", "TokenLogprob", "PymtpError", "ModelFileError", "ModelLoadError",
-           "MTPUnavailableError", "ContextOverflowError", "InvalidArgumentError", "NativeLibraryError"]
+__all__ = ["Model", "Completion", "Stream", "Stats", "TokenLogprob", "DraftLength", "PymtpError", "ModelFileError",
+           "ModelLoadError", "MTPUnavailableError", "ContextOverflowError", "InvalidArgumentError",
+           "NativeLibraryError"]

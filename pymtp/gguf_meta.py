@@ -226,18 +226,20 @@ def _quantization_name(file_type, tensors) -> str:
     return by_bytes.most_common(1)[0][0]
 
 
-def check_gguf_path(path) -> Path:
-    """Raise ModelFileError unless ``path`` is an existing file starting with the GGUF magic."""
+def check_gguf_path(path, what: str = "model file") -> Path:
+    """``path`` (``~`` expanded) if it is an existing file starting with the GGUF magic, else ModelFileError
+    naming it as ``what`` ("model file", "MTP head file"). The one GGUF check: the CLI, the server launcher
+    and the engine's loader (pymtp.engine.runtime) all call it before llama.cpp sees the file."""
     path = Path(path).expanduser()
     if not path.exists():
-        raise ModelFileError(f"model file not found: {path}")
+        raise ModelFileError(f"{what} not found: {path}")
     if path.is_dir():
-        raise ModelFileError(f"model path is a directory, not a GGUF file: {path}")
+        raise ModelFileError(f"{what} is a directory, not a GGUF file: {path}")
     try:
         with open(path, "rb") as f:
             magic = f.read(4)
     except OSError as e:
-        raise ModelFileError(f"cannot read model file {path}: {e.strerror or e}") from e
+        raise ModelFileError(f"cannot read {what} {path}: {e.strerror or e}") from e
     if magic != GGUF_MAGIC_BYTES:
         raise ModelFileError(f"not a GGUF file: {path}")
     return path

@@ -19,6 +19,7 @@ from .engine.runtime import Runtime, RuntimeConfig
 from .engine.sampling import SamplingParams, resolve_draft_mode
 from .engine.stats import Stats
 from .errors import InvalidArgumentError, PymtpError
+from .options import DraftLength
 
 __all__ = ["Model", "Completion", "Stream", "Stats", "TokenLogprob"]
 
@@ -32,8 +33,8 @@ class Model:
     them (error otherwise), "off" never loads them. n_draft: "auto" (the
     default) lets the engine choose each step's draft length, 0..7, from what
     it measures pays on this machine and text (it falls back to plain decoding
-    where drafting does not pay); a number 0..16 drafts that many every step. It is also the most
-    a generate() call may ask for.
+    where drafting does not pay); a number 0..16 drafts that many every step (or a pymtp.DraftLength,
+    what these parse into). It is also the most a generate() call may ask for.
 
     mtp_head: a head-only GGUF holding the MTP layer(s) for a model that has
     none (e.g. made by ``pymtp graft``), or a draft-vocabulary file (``pymtp
@@ -53,7 +54,7 @@ class Model:
 
     def __init__(self, path: str | Path | None = None, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_gpu_layers: int = 0, n_threads: int | None = None, mtp: str = options.DEFAULT_MTP,
-                 n_draft: int | str = options.DEFAULT_N_DRAFT, mtp_head: str | Path | None = None,
+                 n_draft: DraftLength | int | str = options.DEFAULT_N_DRAFT, mtp_head: str | Path | None = None,
                  heads: str = options.DEFAULT_HEADS, rpc: str | list[str] | None = None,
                  verbose: bool = False) -> None:
         from ._native import llama as L
@@ -66,14 +67,19 @@ class Model:
         if mtp_head is None:
             from .default_model import shipped_head_for
             mtp_head = shipped_head_for(self.path)  # the built-in model comes with a trained head
+        self.draft_length = DraftLength.parse(n_draft)
         cfg = RuntimeConfig(n_ctx=n_ctx, n_batch=n_batch, n_gpu_layers=n_gpu_layers,
-                            n_threads=n_threads, mtp=mtp, n_draft=n_draft,
+                            n_threads=n_threads, mtp=mtp, n_draft=self.draft_length,
                             mtp_head=None if mtp_head is None else str(mtp_head), heads=heads,
                             rpc=rpc if rpc is None or isinstance(rpc, str) else ",".join(rpc))
         self._rt: Runtime | None = Runtime(self.path, cfg)
-        self.n_draft = options.parse_n_draft(n_draft)
 
     # -- properties ---------------------------------------------------------------
+
+    @property
+    def n_draft(self) -> int | str:
+        """The Model's draft length as users write it: "auto" or the fixed number (``draft_length``: typed)."""
+        return self.draft_length.value
 
     @property
     def rt(self) -> Runtime:
@@ -152,7 +158,7 @@ class Model:
     def generate(self, prompt: str | list[int], max_tokens: int = 256, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                  seed: int | None = None, stop: list[str] | str | None = None, stream: bool = False,
-                 n_draft: int | str | None = None, draft: str = options.DEFAULT_DRAFT,
+                 n_draft: DraftLength | int | str | None = None, draft: str = options.DEFAULT_DRAFT,
                  logprobs: int | None = None):
         """Generate a continuation of ``prompt`` (text, or token ids).
 
@@ -192,14 +198,8 @@ class Model:
             stop = [stop]
         if max_tokens < 1:
             raise InvalidArgumentError(f"max_tokens must be >= 1, got {max_tokens}")
-        try:
-            k = self.n_draft if n_draft is None else options.parse_n_draft(n_draft)
-        except ValueError as e:
-            raise InvalidArgumentError(str(e)) from None
-        if options.draft_cap(k) > rt.draft_cap:
-            raise InvalidArgumentError(
-                f"n_draft={k!r} drafts more than this Model's n_draft={self.n_draft!r} allows "
-                f"(at most {rt.draft_cap} a step); load the Model with a larger n_draft")
+        k = self.draft_length if n_draft is None else DraftLength.parse(n_draft)
+        rt.step_cap(k)   # more than the Model drafts: an error now, not at the first step
         sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                   repeat_penalty=repeat_penalty, seed=seed)
         sampling.validate()
@@ -212,7 +212,7 @@ class Model:
             raise InvalidArgumentError(f"token id {bad[0]} is outside the vocabulary (0..{rt.n_vocab - 1})")
         mode = resolve_draft_mode(draft, temperature, repeat_penalty)
         if not self.mtp_enabled:
-            mode, k = "greedy", 0  # plain decoding: nothing is drafted
+            mode, k = "greedy", DraftLength.fixed(0)  # plain decoding: nothing is drafted
         return Generation(rt, tokens, sampling, max_tokens, stop, k, mode, logprobs)
 
     def reset(self) -> None:
@@ -249,3 +249,4 @@ class Model:
     def __repr__(self) -> str:
         state = "closed" if self._rt is None else f"{self.arch}, mtp={'on' if self.mtp_enabled else 'off'}"
         return f"Model({str(self.path)!r}, {state})"
+

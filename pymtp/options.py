@@ -1,4 +1,4 @@
-"""pymtp's option vocabulary, defined once: MTP modes, draft modes, head policies, draft limits.
+"""pymtp's option vocabulary, defined once: MTP modes, draft modes, head policies, draft lengths.
 
 Every other Python place derives from this module: ``pymtp.Model`` / ``RuntimeConfig``
 validation, the CLI's choices and help (generate, chat, bench, serve), the server launcher and
@@ -7,15 +7,21 @@ parsers use it without loading libllama.
 
 The native values mirror the engine's C enums (``llama_mtp_draft_mode``,
 ``llama_mtp_head_policy``) and its draft cap, and stay plain dicts / ints so that a test can
-compare them with what the library exports.
+compare them with what the library exports. A draft length (``n_draft``: "auto" or a number) is
+parsed once into a ``DraftLength`` where it comes in, and travels typed down to the engine.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from .errors import InvalidArgumentError
+
 # --------------------------------------------------------------------------- MTP on / off
 
-MTP_MODES = ("auto", "on", "off")
-DEFAULT_MTP = "auto"
+MTP_AUTO = "auto"             # MTP when the model has it (a head's included), plain decoding otherwise
+MTP_MODES = (MTP_AUTO, "on", "off")
+DEFAULT_MTP = MTP_AUTO
 MTP_MODE_HELP = {
     "auto": "use it when the model has MTP layers (its own or a head's)",
     "on": "fail if it has none",
@@ -54,30 +60,67 @@ HEAD_POLICY_HELP = {
 # --------------------------------------------------------------------------- draft length
 
 MAX_DRAFT = 16                # the engine's cap on tokens drafted per step
-N_DRAFT_AUTO = "auto"         # the adaptive controller chooses 0..ADAPTIVE_MAX_DRAFT each step
+N_DRAFT_AUTO = "auto"         # what users type for the adaptive controller (DraftLength.parse)
 ADAPTIVE_MAX_DRAFT = 7        # llama_mtp_adaptive_default_max(): the most an "auto" step drafts
 DEFAULT_N_DRAFT = N_DRAFT_AUTO
 FIXED_N_DRAFT = 3             # the fixed length the engine's C defaults use (llama_mtp_default_params)
 
 
-def parse_n_draft(value: int | str) -> int | str:
-    """``"auto"`` or a fixed draft length 0..MAX_DRAFT (an int or its text); ValueError otherwise."""
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text == N_DRAFT_AUTO:
-            return N_DRAFT_AUTO
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError(f"n_draft must be 'auto' or a number 0..{MAX_DRAFT}, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DRAFT:
-        raise ValueError(f"n_draft must be 'auto' or a number 0..{MAX_DRAFT}, got {value!r}")
-    return value
+@dataclass(frozen=True)
+class DraftLength:
+    """How many tokens a step drafts: the adaptive controller's choice each step, 0..``cap``
+    (``n_draft="auto"``), or a fixed ``cap`` every step (``n_draft=K``).
+
+    Parsed once where a user's value comes in (``DraftLength.parse``: the CLI's ``--n-draft``,
+    ``pymtp.Model(n_draft=...)``, ``pymtp.llama_cpp.Llama(n_draft=...)``, the server launcher) and
+    handed down as is; ``str()`` gives it back as users type it, ``value`` as the stats and JSON
+    report it ("auto" or the number)."""
+
+    adaptive: bool
+    cap: int   # the most tokens one step drafts (adaptive: ADAPTIVE_MAX_DRAFT)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cap, bool) or not isinstance(self.cap, int) or not 0 <= self.cap <= MAX_DRAFT:
+            raise InvalidArgumentError(f"a draft length is 0..{MAX_DRAFT}, got {self.cap!r}")
+        if self.adaptive and self.cap != ADAPTIVE_MAX_DRAFT:
+            raise InvalidArgumentError(f"the adaptive controller drafts up to {ADAPTIVE_MAX_DRAFT}, got cap {self.cap}")
+
+    @classmethod
+    def auto(cls) -> "DraftLength":
+        return cls(adaptive=True, cap=ADAPTIVE_MAX_DRAFT)
+
+    @classmethod
+    def fixed(cls, k: int) -> "DraftLength":
+        return cls(adaptive=False, cap=k)
+
+    @classmethod
+    def parse(cls, value: "DraftLength | int | str") -> "DraftLength":
+        """``"auto"`` or a fixed draft length 0..MAX_DRAFT (an int or its text; a DraftLength is
+        returned as is); InvalidArgumentError (a ValueError) otherwise."""
+        if isinstance(value, DraftLength):
+            return value
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text == N_DRAFT_AUTO:
+                return cls.auto()
+            try:
+                value = int(text)
+            except ValueError:
+                pass   # reported as given
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DRAFT:
+            raise InvalidArgumentError(f"n_draft must be 'auto' or a number 0..{MAX_DRAFT}, got {value!r}")
+        return cls.fixed(value)
+
+    @property
+    def value(self) -> "int | str":
+        """``"auto"`` or the fixed length: what the stats' ``n_draft`` and the JSON outputs hold."""
+        return N_DRAFT_AUTO if self.adaptive else self.cap
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
-def draft_cap(n_draft: int | str) -> int:
-    """The most tokens a step may draft under this setting."""
-    return ADAPTIVE_MAX_DRAFT if n_draft == N_DRAFT_AUTO else int(n_draft)
+DEFAULT_DRAFT_LENGTH = DraftLength.parse(DEFAULT_N_DRAFT)
 
 
 # --------------------------------------------------------------------------- one-line help texts

@@ -79,14 +79,9 @@ def vendor_script():
     return mod
 
 
-# ---- llama-cpp-python 0.3.36 on pymtp's library (tests/test_llama_cpp_*.py)
+# ---- llama-cpp-python 0.3.36 on pymtp's library (tests/llama_cpp_python/test_llama_cpp_*.py)
 
 LLAMA_CPP_PYTHON = "0.3.36"
-
-
-def python_path(*dirs) -> str:
-    """PYTHONPATH for a subprocess: these directories, then the caller's own PYTHONPATH (if any)."""
-    return os.pathsep.join([*map(str, dirs), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 @pytest.fixture(scope="session")

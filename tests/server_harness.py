@@ -1,6 +1,6 @@
 """The bundled llama-server on 127.0.0.1 for tests: one process per (model, flags), its log in a file.
 
-Shared by tests/test_server.py (behaviour with --mtp) and tests/test_server_parity.py (every
+Shared by tests/server/test_server.py (behaviour with --mtp) and tests/server/test_server_parity.py (every
 response field equal with MTP on and off). The ``models`` and ``servers`` fixtures
 (tests/conftest.py) start servers on first use; each module stops its own at its end.
 """

@@ -61,7 +61,7 @@ for v in "${variants[@]}"; do
 done
 echo "chosen: ${chosen:-none}" | tee -a "$OUT/gpu-tests-probe.txt"
 
-tests=${TESTS:-"tests/test_engine_lossless.py tests/test_engine_state.py tests/test_engine_stats.py tests/test_dense_mtp.py tests/test_prefill_alignment.py tests/test_realistic.py tests/test_bench.py"}
+tests=${TESTS:-"tests/engine/test_engine_lossless.py tests/engine/test_engine_state.py tests/engine/test_engine_stats.py tests/engine/test_dense_mtp.py tests/engine/test_prefill_alignment.py tests/devtools/test_realistic.py tests/cli/test_bench.py"}
 if [ -n "$chosen" ]; then
     args=()
     for t in $tests; do args+=("$repo/$t"); done

@@ -29,8 +29,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 # On this box numpy's libstdc++ must not load before libllama (docs/journal/2026-11-23-offline-gpu-box-libstdcxx.md):
 # the GPU tests (pytest imports numpy first) crash there; benchmarks run from /tmp without --plot.
 if [ "${SKIP_TESTS:-1}" != 1 ]; then
-    PYMTP_TEST_NGL=99 pytest -q -p no:cacheprovider tests/test_engine_lossless.py \
-        tests/test_dense_mtp.py tests/test_bench.py 2>&1 | tail -n 15 | tee $OUT/gpu-tests.log
+    PYMTP_TEST_NGL=99 pytest -q -p no:cacheprovider tests/engine/test_engine_lossless.py \
+        tests/engine/test_dense_mtp.py tests/cli/test_bench.py 2>&1 | tail -n 15 | tee $OUT/gpu-tests.log
 fi
 if [ "${SKIP_K:-0}" != 1 ]; then
     (cd /tmp && pymtp bench --prompts mtbench -n 256 --n-drafts 1,2,3,4 --ngl 99 \

@@ -7,7 +7,7 @@
 #              first_diverging_op.py on each (as built) -> $OUT/invariance-tiny.txt
 #   PART=smol  the same on the built-in model (first_diverging_op.py with 3 rows); its target's decode times per size, each side (step_cost.py);
 #              pymtp bench at T=0 (MTP off, k=1,2,3, auto; "greedy outputs identical"), side B, and side A too
-#              with BENCH_A=1; the built-in model's greedy chat identity test and tests/test_prefill_alignment.py on
+#              with BENCH_A=1; the built-in model's greedy chat identity test and tests/engine/test_prefill_alignment.py on
 #              the GPU (gpu_tests.sh); auto_vs_off with the sides alternating (ab_native.sh, AB=1)
 #              -> $OUT/invariance-smol.txt, bench-t0-B.txt (bench-t0-A.txt), gpu-tests*.txt, t0/ab-summary.txt
 #   PART=prefill  where a prefill's last row differs with every row's hidden state kept (patch 0032 on tiny qwen3 and
@@ -52,7 +52,7 @@ prefill)
                 | tail -n 13)
         done
     } 2>&1 | tee "$OUT/invariance-prefill.txt"
-    TESTS="tests/test_prefill_alignment.py" SKIP_SYNC=1 bash bench/device/gpu_tests.sh > /dev/null 2>&1
+    TESTS="tests/engine/test_prefill_alignment.py" SKIP_SYNC=1 bash bench/device/gpu_tests.sh > /dev/null 2>&1
     echo "== GPU prefill tests"; tail -n 6 "$OUT/gpu-tests.txt"
     ;;
 smol)
@@ -75,10 +75,10 @@ smol)
         (cd /tmp && env $e pymtp bench "${args[@]}" > "$OUT/bench-t0-$side.txt" 2>&1)
         echo "== pymtp bench T=0, side $side"; tail -n 14 "$OUT/bench-t0-$side.txt"
     done
-    # greedy chats MTP on == off on the built-in model, on the GPU (tests/test_real_model_lossless.py), and patch 0032's
-    # prefill check (tests/test_prefill_alignment.py); gpu_tests.sh writes $OUT/gpu-tests*.txt
-    TESTS="tests/test_real_model_lossless.py::test_greedy_chat_identical_on_the_quantized_built_in_model
-        tests/test_prefill_alignment.py" TEST_TIMEOUT=240 SKIP_SYNC=1 bash bench/device/gpu_tests.sh > /dev/null 2>&1
+    # greedy chats MTP on == off on the built-in model, on the GPU (tests/engine/test_real_model_lossless.py), and patch 0032's
+    # prefill check (tests/engine/test_prefill_alignment.py); gpu_tests.sh writes $OUT/gpu-tests*.txt
+    TESTS="tests/engine/test_real_model_lossless.py::test_greedy_chat_identical_on_the_quantized_built_in_model
+        tests/engine/test_prefill_alignment.py" TEST_TIMEOUT=240 SKIP_SYNC=1 bash bench/device/gpu_tests.sh > /dev/null 2>&1
     echo "== GPU identity tests"; tail -n 4 "$OUT/gpu-tests.txt"
     if [ "${AB:-1}" = 1 ]; then
         mkdir -p "$OUT/t0"

@@ -1,4 +1,4 @@
-# Where MTP on and MTP off part at T > 0 on a GPU, and why (a diagnosis of tests/test_dense_mtp.py::
+# Where MTP on and MTP off part at T > 0 on a GPU, and why (a diagnosis of tests/engine/test_dense_mtp.py::
 # test_seeded_sampling_identical_on_off, which compares them token for token at the same seeds).
 #
 #     cd /tmp && REPO=/path/to/repo LD_PRELOAD=<the system libstdc++> python3 $REPO/bench/device/seeded_gap_diag.py

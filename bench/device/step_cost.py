@@ -42,9 +42,10 @@ def main() -> int:
     from pymtp._native import llama as L
     from pymtp._native import model_calls as M
     from pymtp.engine.runtime import Runtime, RuntimeConfig
+    from pymtp.options import DraftLength
 
-    rt = Runtime(Path(a.model).resolve(), RuntimeConfig(n_gpu_layers=99, mtp=a.mtp, n_draft=8, n_ctx=4096,
-                                                         mtp_head=a.mtp_head))
+    rt = Runtime(Path(a.model).resolve(), RuntimeConfig(n_gpu_layers=99, mtp=a.mtp, n_draft=DraftLength.fixed(8),
+                                                         n_ctx=4096, mtp_head=a.mtp_head))
     lib, ctx, n_vocab = L.lib(), rt.ctx, rt.n_vocab
     pos = 0
 

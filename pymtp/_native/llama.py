@@ -269,7 +269,7 @@ _SIGNATURES = {
     # caller-decoded targets (llama-server's path; tests drive it directly)
     "llama_mtp_observe": (C.c_int32, [p_mtp, C.POINTER(llama_token), C.c_int32, llama_pos, C.c_int32]),
     "llama_mtp_draft": (C.c_int32, [p_mtp, C.c_void_p, llama_token, llama_pos, C.c_int32, C.POINTER(llama_token)]),
-    # the engine's option vocabulary (pymtp/options.py mirrors it; tests/test_options.py checks)
+    # the engine's option vocabulary (pymtp/options.py mirrors it; tests/engine/test_options.py checks)
     "llama_mtp_draft_limit": (C.c_int32, []),
     "llama_mtp_draft_mode_name": (C.c_char_p, [C.c_int32]),
     "llama_mtp_draft_mode_from_name": (C.c_int32, [C.c_char_p]),

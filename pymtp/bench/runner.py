@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 from ..engine.sampling import resolve_draft_mode
 from ..engine.stats import Stats
-from ..options import N_DRAFT_AUTO
+from ..options import DraftLength
 
 
 @dataclass
 class Config:
     mtp: bool
-    n_draft: int | str = 0   # a fixed length, or "auto" (the adaptive controller)
+    n_draft: DraftLength = DraftLength.fixed(0)   # a fixed length, or the adaptive controller ("auto")
     draft: str = "greedy"
     temperature: float = 0.0
     repeat_penalty: float = 1.0
@@ -45,7 +45,7 @@ class Config:
         not wake a sleeping MTP side or move its cost estimates (per head policy when compared)."""
         if not self.mtp:
             return "off"
-        key = "auto" if self.n_draft == N_DRAFT_AUTO else "on"
+        key = "auto" if self.n_draft.adaptive else "on"
         return key + ":" + self.heads if self.heads else key
 
     @property
@@ -54,7 +54,7 @@ class Config:
         return f"{head} T={self.temperature:g} rp={self.repeat_penalty:g}"
 
 
-def make_configs(n_drafts: list[int | str], modes: list[str], temps: list[float],
+def make_configs(n_drafts: list[DraftLength], modes: list[str], temps: list[float],
                  penalties: list[float], head_policies: list[str] | None = None) -> list[Config]:
     """Per sampling setting: MTP off, then every (head policy, mode, k); "auto" becomes the mode it
     picks there. head_policies: None or one policy = the model's own (no per-policy models)."""
@@ -134,7 +134,7 @@ class Aggregate:
     def to_dict(self, baseline: "Aggregate | None") -> dict:
         c = self.config
         d = {
-            "config": c.name, "mtp": c.mtp, "n_draft": c.n_draft, "draft": c.label if c.mtp else "off",
+            "config": c.name, "mtp": c.mtp, "n_draft": c.n_draft.value, "draft": c.label if c.mtp else "off",
             "heads": c.heads or None,
             "temperature": c.temperature, "repeat_penalty": c.repeat_penalty,
             "n_prompts": len(self.runs), "n_generated": self.n_generated,
@@ -164,7 +164,7 @@ class Aggregate:
             if plain:
                 steps = self._sum("n_steps")
                 # adaptive: the mean draft length of its steps
-                k = (self._sum("n_drafted") / steps if steps else 0.0) if adaptive else self.config.n_draft
+                k = (self._sum("n_drafted") / steps if steps else 0.0) if adaptive else self.config.n_draft.cap
                 D = self.draft_ms_per_decode() / plain
                 V = self.verify_ms_per_step() / plain
                 d["draft_cost_D"] = D

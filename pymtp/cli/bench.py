@@ -71,18 +71,17 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def parse_drafts(text: str) -> list[int | str]:
+def parse_drafts(text: str) -> list[options.DraftLength]:
     """Fixed draft lengths in increasing order, then "auto" (the adaptive controller) when asked for."""
-    vals = [x.strip().lower() for x in text.split(",") if x.strip()]
-    auto = options.N_DRAFT_AUTO in vals
+    bad = InvalidArgumentError(f"--n-drafts takes draft lengths 1..{options.MAX_DRAFT} and 'auto', comma-separated; "
+                               f"got {text!r}")
     try:
-        ks = sorted({int(x) for x in vals if x != options.N_DRAFT_AUTO})
-    except ValueError:
-        raise InvalidArgumentError(f"--n-drafts must be a comma-separated list of integers and 'auto', "
-                                   f"got {text!r}")
-    if (not ks and not auto) or (ks and (ks[0] < 1 or ks[-1] > options.MAX_DRAFT)):
-        raise InvalidArgumentError(f"--n-drafts values must be in 1..{options.MAX_DRAFT} or 'auto', got {text!r}")
-    return [*ks, *([options.N_DRAFT_AUTO] if auto else [])]
+        vals = {options.DraftLength.parse(x) for x in text.split(",") if x.strip()}
+    except InvalidArgumentError:
+        raise bad from None
+    if not vals or any(k.cap < 1 for k in vals):
+        raise bad
+    return sorted(vals, key=lambda k: (k.adaptive, k.cap))
 
 
 def parse_floats(text: str, flag: str, ok, what: str, unique: bool = True) -> list[float]:
@@ -126,13 +125,13 @@ def run(args) -> int:
         plot_speedups([], args.plot, check_only=True)  # fail before the run, not after it
     texts = load_prompts(args.prompts)[: args.limit]
 
-    args.n_draft = max(options.draft_cap(k) for k in ks)  # the model allows every configuration's draft
+    args.n_draft = options.DraftLength.fixed(max(k.cap for k in ks))  # the model allows every configuration's
     args.mtp = "on"
     models = {}
     try:
         # fixed lengths share one model, "auto" has its own (runner.Config.model_key)
-        kinds = [kind for kind, wanted in (("on", any(k != options.N_DRAFT_AUTO for k in ks)),
-                                           ("auto", options.N_DRAFT_AUTO in ks)) if wanted]
+        kinds = [kind for kind, wanted in (("on", any(not k.adaptive for k in ks)),
+                                           ("auto", any(k.adaptive for k in ks))) if wanted]
         for pol in policies:
             args.heads = pol
             for kind in kinds:
@@ -186,7 +185,7 @@ def run(args) -> int:
             print(f"greedy outputs identical across configurations (rp={rp:g}): {'yes' if same else 'NO'}")
     meta = {"model": str(model_path), "mtp_head": str(head_path) if head_path else None,
             "prompts": args.prompts, "n_prompts": len(prompts), "max_tokens": args.n,
-            "n_drafts": ks, "modes": modes, "head_policies": policies, "temperatures": temps,
+            "n_drafts": [k.value for k in ks], "modes": modes, "head_policies": policies, "temperatures": temps,
             "repeat_penalties": penalties,
             "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p, "seed": seed,
             "threads": args.threads, "n_gpu_layers": args.ngl, "synthetic_rates": rates}

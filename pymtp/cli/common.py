@@ -97,8 +97,8 @@ def check(ok: bool, message: str) -> None:
 def validate_args(args: argparse.Namespace) -> None:
     """Reject out-of-range values before anything slow happens."""
     try:
-        args.n_draft = options.parse_n_draft(args.n_draft)
-    except ValueError as e:
+        args.n_draft = options.DraftLength.parse(args.n_draft)   # typed from here on down to the engine
+    except InvalidArgumentError as e:
         raise InvalidArgumentError(f"--n-draft: {e}") from None
     check(args.ctx >= 1, f"--ctx must be >= 1 (got {args.ctx})")
     check(args.threads is None or args.threads >= 1, f"--threads must be >= 1 (got {args.threads})")
@@ -151,7 +151,7 @@ def load_model(args: argparse.Namespace):
         verbose=args.verbose,
         **kwargs,
     )
-    if args.mtp == "auto" and not model.mtp_enabled:
+    if args.mtp == options.MTP_AUTO and not model.mtp_enabled:
         print(f"pymtp: MTP off: {model.mtp_reason}", file=sys.stderr)
     return model
 

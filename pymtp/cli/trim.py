@@ -175,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError):
             held = None
     else:
-        from pymtp.graft.data import Dataset, default_cache_dir
+        from pymtp.graft.data import default_cache_dir
+        from pymtp.graft.dataset import Dataset
 
         cached = trim.cached_graft_data(file_sha256(base), args.data_cache or default_cache_dir())
         if cached is not None:

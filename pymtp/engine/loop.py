@@ -1,7 +1,7 @@
 """The generation loop at step granularity.
 
-Each native step emits 1..k+1 tokens (k: the fixed n_draft, or with n_draft="auto"
-what the engine's adaptive controller chooses, 0..its cap); this loop turns them
+Each native step emits 1..k+1 tokens (k: the fixed draft length, or with an adaptive one
+what the engine's controller chooses, 0..its cap); this loop turns them
 into text, stops on end-of-generation, stop strings, max_tokens or a full
 context, and clamps the draft so that no token past max_tokens is ever sampled.
 """
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import ContextOverflowError
+from ..options import DraftLength
 from .logprobs import StepLogprobs, TokenLogprob
 from .runtime import Runtime
 from .sampling import SamplerChain, SamplingParams
@@ -46,7 +47,7 @@ class Generation:
     """
 
     def __init__(self, rt: Runtime, prompt: list[int], sampling: SamplingParams, max_tokens: int,
-                 stop: list[str] | None, n_draft: int | str, draft: str = "greedy",
+                 stop: list[str] | None, n_draft: DraftLength, draft: str = "greedy",
                  logprobs: int | None = None) -> None:
         self.rt = rt
         self.prompt = prompt

@@ -11,9 +11,10 @@ from pathlib import Path
 from .. import options
 from .._native import llama as L
 from .._native import vocab as vocab_calls
-from ..errors import InvalidArgumentError, ModelFileError, ModelLoadError, MTPUnavailableError
+from ..errors import InvalidArgumentError, ModelLoadError, MTPUnavailableError
+from ..gguf_meta import check_gguf_path, read_info
+from ..options import DraftLength
 
-GGUF_MAGIC = b"GGUF"
 SIDECAR_SUFFIX = ".mtp.gguf"   # <model stem>.mtp.gguf next to a model: its MTP head, found automatically
 
 # Which MTP layer drafts each step of a model with several (llama_mtp_head_policy; pymtp.options):
@@ -30,7 +31,7 @@ class RuntimeConfig:
     n_gpu_layers: int = 0
     n_threads: int | None = None
     mtp: str = options.DEFAULT_MTP          # auto | on | off (options.MTP_MODES)
-    n_draft: int | str = options.DEFAULT_N_DRAFT  # "auto" (adaptive, 0..7 a step) or a fixed length 0..16
+    n_draft: DraftLength = options.DEFAULT_DRAFT_LENGTH  # adaptive (0..7 a step) or a fixed length 0..16
     # head-only GGUF or draft-vocabulary file; None: <model stem>.mtp.gguf if it applies; "": none
     mtp_head: str | None = None
     heads: str = options.DEFAULT_HEADS      # several MTP layers: per_layer | first | capped (HEAD_POLICIES)
@@ -41,10 +42,8 @@ class RuntimeConfig:
             raise InvalidArgumentError(f"heads must be one of {', '.join(HEAD_POLICIES)}, got {self.heads!r}")
         if self.mtp not in options.MTP_MODES:
             raise InvalidArgumentError(f"mtp must be 'auto', 'on' or 'off', got {self.mtp!r}")
-        try:
-            options.parse_n_draft(self.n_draft)
-        except ValueError as e:
-            raise InvalidArgumentError(str(e)) from None
+        if not isinstance(self.n_draft, DraftLength):   # parsed where the user's value came in
+            raise InvalidArgumentError(f"n_draft must be a DraftLength (DraftLength.parse), got {self.n_draft!r}")
         if self.n_ctx < 16:
             raise InvalidArgumentError(f"n_ctx must be >= 16, got {self.n_ctx}")
         if self.n_batch < 1:
@@ -65,8 +64,6 @@ def sidecar_path(model_path: Path) -> Path:
 def sidecar_head(model_path: Path) -> Path | None:
     """The ``<model stem>.mtp.gguf`` next to a model when it applies: a head for a model without MTP
     layers of its own, a draft-vocabulary file (pymtp trim) for a model with them; else None."""
-    from ..gguf_meta import read_info
-
     side = sidecar_path(model_path)
     if not side.is_file() or side.resolve() == model_path.resolve():
         return None
@@ -86,20 +83,6 @@ def _load_error(log: str) -> str:
     return log or "unknown error"
 
 
-def check_gguf_file(path: Path) -> None:
-    if not path.exists():
-        raise ModelFileError(f"model file not found: {path}")
-    if not path.is_file():
-        raise ModelFileError(f"not a file: {path}")
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as e:
-        raise ModelFileError(f"cannot read {path}: {e.strerror}") from e
-    if magic != GGUF_MAGIC:
-        raise ModelFileError(f"not a GGUF file: {path}")
-
-
 def find_head(path: Path, cfg: RuntimeConfig) -> tuple[Path | None, bool]:
     """(head file, auto-detected) for loading ``path`` under ``cfg``; (None, False) when there is none
     to use: the given ``mtp_head`` (checked), else the ``<model stem>.mtp.gguf`` next to the model that
@@ -109,14 +92,7 @@ def find_head(path: Path, cfg: RuntimeConfig) -> tuple[Path | None, bool]:
     if cfg.mtp_head == "":   # no head file, not even the one next to the model
         return None, False
     if cfg.mtp_head is not None:
-        head = Path(cfg.mtp_head).expanduser()
-        if not head.exists():
-            raise ModelFileError(f"MTP head file not found: {head}")
-        try:
-            check_gguf_file(head)
-        except ModelFileError as e:
-            raise ModelFileError(f"MTP head: {e}") from e
-        return head, False
+        return check_gguf_path(cfg.mtp_head, what="MTP head file"), False
     head = sidecar_head(path)
     return (head, True) if head is not None else (None, False)
 
@@ -124,7 +100,7 @@ def find_head(path: Path, cfg: RuntimeConfig) -> tuple[Path | None, bool]:
 def target_rs_snapshots(cfg: RuntimeConfig) -> int:
     """Recurrent-state snapshots per sequence the target context needs (n_rs_seq): one per draft
     token a step may roll back."""
-    return options.draft_cap(options.parse_n_draft(cfg.n_draft)) if cfg.mtp != "off" else 0
+    return cfg.n_draft.cap if cfg.mtp != "off" else 0
 
 
 def mtp_outputs_per_seq(lib, model) -> int:
@@ -141,15 +117,14 @@ class Runtime:
         cfg.validate()
         self.lib = L.lib()
         self.cfg = cfg
-        self.draft_cap = options.draft_cap(options.parse_n_draft(cfg.n_draft))  # the most a step drafts
+        self.draft_cap = cfg.n_draft.cap   # the most a step of this runtime drafts (step_cap)
         self.model = self.ctx = self.ctx_mtp = self.engine = None
         self.ctx_heads: list = []               # MTP contexts of heads 1.. (multi-head drafting)
         self.mtp_head: Path | None = None      # the head file in use
         self.owns_target = adopt is None        # model and target context: freed by close() when owned
         try:
             if adopt is None:
-                check_gguf_file(path)
-                self._load(path, cfg)
+                self._load(check_gguf_path(path), cfg)
             else:
                 self._adopt(*adopt)
         except BaseException:
@@ -184,7 +159,7 @@ class Runtime:
         self.model = self._load_model(path, cfg, head)
         if not self.model and head is not None:
             why = _load_error(L.last_log_lines())
-            if auto and cfg.mtp == "auto":
+            if auto and cfg.mtp == options.MTP_AUTO:
                 # a stale or foreign <stem>.mtp.gguf must not keep the model from loading
                 head_note = f"; MTP head {head.name} (found next to the model) ignored: {why}"
                 head = None
@@ -196,8 +171,6 @@ class Runtime:
             raise ModelLoadError(f"llama.cpp could not load {path}: {L.last_log_lines() or 'unknown error'}")
         self.mtp_head = head
         if head is not None:
-            from ..gguf_meta import read_info
-
             what = "draft vocabulary" if read_info(path).n_mtp_layers > 0 else "MTP head"   # pymtp trim's file
             head_note = f"; {what} from {head.name}" + (" (found next to the model)" if auto else "")
         self._describe_model()
@@ -313,7 +286,7 @@ class Runtime:
                f"heads {policy}: step i drafts with head i mod {n}" if policy == "per_layer" else
                f"heads {policy}: step i drafts with head i, at most {n} tokens,")
         how = (f"up to {self.draft_cap} tokens a step, as many as pay (adaptive)"
-               if self.cfg.n_draft == options.N_DRAFT_AUTO else f"{self.cfg.n_draft} tokens a step")
+               if self.cfg.n_draft.adaptive else f"{self.cfg.n_draft} tokens a step")
         return f"MTP on: {n} MTP layer(s), {who} {how}"
 
 
@@ -358,6 +331,17 @@ class Runtime:
     def parallel(self) -> int:
         """Tokens one draft decode gives: K with a parallel head (pymtp graft --parallel K), else 0."""
         return int(self.lib.llama_mtp_parallel(self.engine))
+
+    def step_cap(self, length: DraftLength) -> int:
+        """The most one step drafts in a generation asking for ``length`` (the one clamp of a request's draft
+        length: engine/session.py steps with it, pymtp.Model checks a request with it before it starts): a
+        fixed length as asked; the adaptive controller up to what this runtime was loaded for.
+        InvalidArgumentError where ``length`` may draft more than that."""
+        if length.cap > self.draft_cap:
+            raise InvalidArgumentError(
+                f"n_draft={length.value!r} drafts more than this Model's n_draft={self.cfg.n_draft.value!r} allows "
+                f"(at most {self.draft_cap} a step); load the Model with a larger n_draft")
+        return self.draft_cap if length.adaptive else length.cap
 
     def clear(self) -> None:
         """Empty the sequence in both contexts: the next prefill starts cold."""

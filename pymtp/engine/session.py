@@ -11,26 +11,25 @@ from __future__ import annotations
 
 import ctypes as C
 
-from .. import options
 from .._native import llama as L
 from ..errors import PymtpError
+from ..options import DraftLength
 from .runtime import Runtime
 from .stats import Stats
 
 
 class EngineSession:
-    def __init__(self, rt: Runtime, prompt: list[int], chain, *, draft: str, n_draft: int | str, seed: int,
+    def __init__(self, rt: Runtime, prompt: list[int], chain, *, draft: str, n_draft: DraftLength, seed: int,
                  rows_needed: bool) -> None:
         """``chain``: the request's native sampler chain; ``rows_needed``: the caller reads whole logit rows
         (logprobs, logits_all), so they are never sampled on the backend. Raises PymtpError if the prompt
-        cannot be processed."""
+        cannot be processed (InvalidArgumentError if ``n_draft`` drafts more than ``rt`` allows)."""
         self.rt, self.chain, self.draft, self.n_draft = rt, chain, draft, n_draft
         lib = rt.lib
-        adaptive = n_draft == options.N_DRAFT_AUTO
-        self.cap = rt.draft_cap if adaptive else int(n_draft)  # the most a step drafts
+        self.cap = rt.step_cap(n_draft)  # the most a step drafts
         lib.llama_mtp_reset_stats(rt.engine)
         lib.llama_mtp_set_draft_mode(rt.engine, L.DRAFT_MODES[draft], seed & 0xFFFFFFFF)
-        lib.llama_mtp_set_adaptive(rt.engine, self.cap if adaptive else 0)
+        lib.llama_mtp_set_adaptive(rt.engine, self.cap if n_draft.adaptive else 0)
         # where the target's rows are sampled: on a GPU the backend takes a greedy row's argmax or a top-k chain's
         # candidates, unless whole rows are read
         lib.llama_mtp_set_target_sampling(rt.engine, chain, rows_needed)
@@ -58,5 +57,5 @@ class EngineSession:
         rt.lib.llama_mtp_get_stats(rt.engine, C.byref(raw))
         rt.lib.llama_mtp_get_adaptive_stats(rt.engine, C.byref(adaptive))
         mtp = rt.ctx_mtp is not None
-        return Stats.from_native(raw, mtp=mtp, n_draft=self.n_draft, generate_ms=gen_ms, draft=self.draft,
+        return Stats.from_native(raw, mtp=mtp, n_draft=self.n_draft.value, generate_ms=gen_ms, draft=self.draft,
                                  adaptive=adaptive, parallel=rt.parallel() if mtp else 0)

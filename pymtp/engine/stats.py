@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 @dataclass
 class Stats:
     mtp: bool = False
-    n_draft: int | str = 0
+    n_draft: int | str = 0       # "auto" or the fixed length (the generation's DraftLength.value)
     draft: str = "greedy"
     n_prompt: int = 0
     n_reused: int = 0

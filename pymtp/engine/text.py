@@ -56,3 +56,20 @@ class TextAssembler:
         out = self._text[self._released:upto]
         self._released = upto
         return out
+
+
+def cut_at_stops(tokens: list[int], piece, stops) -> list[int]:
+    """The tokens before the one in which the first stop string begins (all of them where none occurs).
+    piece(token) -> bytes. A stop string may span several tokens ("<|", "im", "_end", "|>"); the match is
+    the generation loop's own (TextAssembler): pymtp graft cuts the replies and user turns it generates
+    with it."""
+    if not stops:
+        return list(tokens)
+    text = TextAssembler(stops)
+    ends = []  # the decoded text's length after each token
+    for t in tokens:
+        text.feed(piece(int(t)))
+        if text.stopped:  # the text now ends where the stop string began
+            return [t for t, end in zip(tokens, ends) if end <= len(text.text)]
+        ends.append(len(text.text))
+    return list(tokens)

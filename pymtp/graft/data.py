@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from pymtp.engine.text import cut_at_stops
 from pymtp.errors import PymtpError
 
+from .dataset import Dataset
 from .prompts import MAX_UNIQUE_PROMPTS, build_prompts, unique_prompts
 
 DATA_VERSION = 3          # bump when the prompt set or the generation recipe changes (2: role-play,
@@ -50,76 +49,6 @@ class GenConfig:
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@dataclass
-class Dataset:
-    tokens: np.ndarray        # int32, all sequences concatenated
-    offsets: np.ndarray       # int64, n + 1
-    n_prompt: np.ndarray      # int32 per sequence: tokens before the generated part (0: corpus)
-    is_val: np.ndarray        # bool per sequence
-    source: np.ndarray        # uint8 per sequence: 0 generated, 1 corpus
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def seq(self, i: int) -> np.ndarray:
-        return self.tokens[self.offsets[i]:self.offsets[i + 1]]
-
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.offsets[-1])
-
-    def indices(self, val: bool) -> np.ndarray:
-        return np.flatnonzero(self.is_val == val)
-
-    def summary(self) -> dict:
-        lens = self.lengths()
-        out = {"sequences": len(self), "tokens": self.n_tokens}
-        for name, mask in (("train", ~self.is_val), ("val", self.is_val)):
-            out[f"{name}_sequences"] = int(mask.sum())
-            out[f"{name}_tokens"] = int(lens[mask].sum())
-        out["generated_sequences"] = int((self.source == 0).sum())
-        out["corpus_sequences"] = int((self.source == 1).sum())
-        gen = self.source == 0
-        if gen.any():
-            out["mean_generated_tokens"] = float((lens[gen] - self.n_prompt[gen]).mean())
-        return out
-
-    @staticmethod
-    def concat(parts: list["Dataset"]) -> "Dataset":
-        parts = [p for p in parts if len(p)]
-        if not parts:
-            raise PymtpError("no training data (0 sequences)")
-        offs, base = [np.zeros(1, np.int64)], 0
-        for p in parts:
-            offs.append(p.offsets[1:] + base)
-            base += p.n_tokens
-        return Dataset(np.concatenate([p.tokens for p in parts]), np.concatenate(offs),
-                       np.concatenate([p.n_prompt for p in parts]), np.concatenate([p.is_val for p in parts]),
-                       np.concatenate([p.source for p in parts]))
-
-    @staticmethod
-    def from_seqs(seqs, n_prompt, is_val, source) -> "Dataset":
-        lens = np.array([len(s) for s in seqs], dtype=np.int64)
-        toks = np.concatenate([np.asarray(s, np.int32) for s in seqs]) if seqs else np.zeros(0, np.int32)
-        return Dataset(toks, np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
-                       np.asarray(n_prompt, np.int32), np.asarray(is_val, bool), np.asarray(source, np.uint8))
-
-    def save(self, path) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".part.npz")
-        np.savez(tmp, tokens=self.tokens, offsets=self.offsets, n_prompt=self.n_prompt,
-                 is_val=self.is_val, source=self.source)
-        os.replace(tmp, path)
-
-    @staticmethod
-    def load(path) -> "Dataset":
-        with np.load(path) as z:
-            return Dataset(z["tokens"], z["offsets"], z["n_prompt"], z["is_val"], z["source"])
-
-
 # --------------------------------------------------------------------------- generation
 
 def sample_plan(cfg: GenConfig):
@@ -142,24 +71,6 @@ def sample_plan(cfg: GenConfig):
         pi = i % n_unique
         plan.append((pi, temp, pi < n_val))
     return prompts, plan
-
-
-def cut_at_stops(tokens: list[int], piece, stops) -> list[int]:
-    """The tokens before the one in which the first stop string begins (all of them where none occurs).
-    piece(token) -> bytes. A stop string may span several tokens ("<|", "im", "_end", "|>"); the match is
-    the generation loop's own (pymtp.engine.text.TextAssembler)."""
-    from pymtp.engine.text import TextAssembler
-
-    if not stops:
-        return list(tokens)
-    text = TextAssembler(stops)
-    ends = []  # the decoded text's length after each token
-    for t in tokens:
-        text.feed(piece(int(t)))
-        if text.stopped:  # the text now ends where the stop string began
-            return [t for t, end in zip(tokens, ends) if end <= len(text.text)]
-        ends.append(len(text.text))
-    return list(tokens)
 
 
 def generate_dataset(model, tokenizer, cfg: GenConfig, cache_dir, base_sha256: str, *,

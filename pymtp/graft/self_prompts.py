@@ -17,6 +17,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from pymtp.engine.text import cut_at_stops
+
 SENTINEL = "\u0001pymtp-user-message\u0001"
 MAX_USER_TOKENS = 128     # a user's turn longer than this is dropped (it did not end)
 MIN_USER_TOKENS = 4
@@ -40,8 +42,6 @@ def user_turn(tokens: list[int], eog_ids, piece, stops) -> list[int] | None:
     """The user's message in what the model wrote after ``before``: the tokens up to its end-of-turn
     (an end-of-generation token, or a chat stop string of a model without a template); None where the
     turn did not end or is too short."""
-    from .data import cut_at_stops
-
     eog = set(int(t) for t in eog_ids)
     end = next((i for i, t in enumerate(tokens) if int(t) in eog), None)
     cut = cut_at_stops(tokens if end is None else tokens[:end], piece, stops)
@@ -59,7 +59,7 @@ def write_prompts(model, tok, n: int, path, *, seed: int, temperature: float, to
 
     from pymtp.chat_template import with_chat_stops
 
-    from .data import Dataset
+    from .dataset import Dataset
 
     path = Path(path)
     if path.is_file():

@@ -48,7 +48,8 @@ import torch.nn.functional as F
 
 from pymtp.errors import PymtpError
 
-from .data import Dataset, GenConfig, corpus_dataset, default_cache_dir, generate_dataset, held_out_prompts
+from .data import GenConfig, corpus_dataset, default_cache_dir, generate_dataset, held_out_prompts
+from .dataset import Dataset
 from .gguf_weights import load_base
 from .torch_model import BaseModel, MTPHead, feature_layers, rope_tables
 from .writer import copy_gguf, write_head_gguf
@@ -64,6 +65,9 @@ STEP_WEIGHTS = ("geometric", "acceptance")
 BF16_TRUNK_PARAMS = 4e9          # larger bases run their (frozen) trunk in bf16 on CUDA
 
 
+DEVICE_AUTO = "auto"   # --device's default: CUDA when PyTorch sees a device, else the CPU
+
+
 @dataclass
 class TrainConfig:
     steps: int = 6000
@@ -75,7 +79,7 @@ class TrainConfig:
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     seed: int = 0
-    device: str = "auto"
+    device: str = DEVICE_AUTO
     chain: int = 2                    # draft steps trained (1 = teacher-forced only)
     chain_weight: float = 0.5         # loss weight of draft step s+1 relative to step s (step_weights "geometric")
     step_weights: str = "geometric"   # later draft steps' loss weights: see STEP_WEIGHTS
@@ -118,7 +122,7 @@ class GraftJob:
 
 
 def pick_device(name: str) -> torch.device:
-    if name == "auto":
+    if name == DEVICE_AUTO:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise PymtpError("--device cuda: PyTorch sees no CUDA device (torch.cuda.is_available() is False)")

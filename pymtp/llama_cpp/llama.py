@@ -26,6 +26,7 @@ from ..engine.runtime import Runtime, RuntimeConfig, find_head, target_rs_snapsh
 from ..engine.sampling import resolve_draft_mode
 from ..engine.session import EngineSession
 from ..errors import InvalidArgumentError, PymtpError
+from ..options import DraftLength
 from ._binding import bind
 
 llama_cpp = bind()
@@ -92,7 +93,7 @@ class Llama(llama_cpp.Llama):
     """
 
     def __init__(self, model_path: str, *args, mtp: str = options.DEFAULT_MTP, mtp_head: str | Path | None = None,
-                 n_draft: int | str = options.DEFAULT_N_DRAFT, draft: str = options.DEFAULT_DRAFT,
+                 n_draft: DraftLength | int | str = options.DEFAULT_N_DRAFT, draft: str = options.DEFAULT_DRAFT,
                  heads: str = options.DEFAULT_HEADS, **kwargs) -> None:
         self._mtp_rt: Runtime | None = None
         self.mtp_stats: dict | None = None
@@ -101,8 +102,9 @@ class Llama(llama_cpp.Llama):
         self._warned: set[str] = set()
         if draft not in options.DRAFT_CHOICES:
             raise InvalidArgumentError(f"draft must be one of {', '.join(options.DRAFT_CHOICES)}, got {draft!r}")
-        probe = RuntimeConfig(mtp=mtp, n_draft=n_draft, mtp_head=None if mtp_head is None else str(mtp_head),
-                              heads=heads)
+        self.draft_length = DraftLength.parse(n_draft)
+        probe = RuntimeConfig(mtp=mtp, n_draft=self.draft_length,
+                              mtp_head=None if mtp_head is None else str(mtp_head), heads=heads)
         probe.validate()
         head, auto = find_head(Path(model_path), probe) if Path(model_path).is_file() else (None, False)
         note = ""
@@ -110,7 +112,7 @@ class Llama(llama_cpp.Llama):
             with _mtp_loading(mtp != "off", head, target_rs_snapshots(probe)):
                 super().__init__(model_path, *args, **kwargs)
         except ValueError:
-            if head is None or not (auto and mtp == "auto"):
+            if head is None or not (auto and mtp == options.MTP_AUTO):
                 raise
             # a stale or foreign <stem>.mtp.gguf must not keep the model from loading
             note = f"; MTP head {head.name} (found next to the model) ignored: llama.cpp could not load it"
@@ -120,12 +122,12 @@ class Llama(llama_cpp.Llama):
         if head is not None:
             note = f"; MTP head from {head.name}" + (" (found next to the model)" if auto else "") + note
         self.mtp_draft = draft
-        self.n_draft = options.parse_n_draft(n_draft)
+        self.n_draft = self.draft_length.value   # as pymtp.Model.n_draft: "auto" or the number
         if self.model_params.vocab_only:
             self.mtp_reason = "vocab_only model: no generation"
             return
         cfg = RuntimeConfig(n_ctx=self.n_ctx(), n_batch=self.n_batch, n_gpu_layers=self.model_params.n_gpu_layers,
-                            n_threads=self.n_threads, mtp=mtp, n_draft=n_draft,
+                            n_threads=self.n_threads, mtp=mtp, n_draft=self.draft_length,
                             mtp_head=probe.mtp_head, heads=heads)
         self._mtp_rt = Runtime.over(self._model.model, self._ctx.ctx, cfg, head=head, head_note=note)
         self._stack.callback(self._close_mtp)  # runs before Llama frees its context and model (LIFO)
@@ -236,7 +238,7 @@ class Llama(llama_cpp.Llama):
         self._engine_takes()
         try:
             # whole rows stay on the host where Llama keeps every row's logits (logits_all)
-            session = EngineSession(rt, tokens, chain, draft=draft, n_draft=self.n_draft, seed=self._seed,
+            session = EngineSession(rt, tokens, chain, draft=draft, n_draft=self.draft_length, seed=self._seed,
                                     rows_needed=self._logits_all)
         except PymtpError as e:
             self._engine_current = False

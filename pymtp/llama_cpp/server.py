@@ -28,7 +28,7 @@ def mtp_parser() -> argparse.ArgumentParser:
     g.add_argument("--mtp-head", default=None, metavar="GGUF",
                    help="head-only GGUF with the MTP layer(s), from 'pymtp graft' (default: <model stem>.mtp.gguf "
                         "next to the model, if any)")
-    g.add_argument("--n-draft", default=options.DEFAULT_N_DRAFT, type=options.parse_n_draft, metavar="auto|K",
+    g.add_argument("--n-draft", default=options.DEFAULT_N_DRAFT, type=options.DraftLength.parse, metavar="auto|K",
                    help=f"tokens drafted a step: 'auto' (0..{options.ADAPTIVE_MAX_DRAFT}, as many as pay) or "
                         f"0..{options.MAX_DRAFT}")
     g.add_argument("--draft", choices=options.DRAFT_CHOICES, default=options.DEFAULT_DRAFT,

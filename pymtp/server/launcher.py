@@ -52,15 +52,16 @@ def _find_head(model: Path, mtp_head: str | Path | None) -> Path | None:
 
     if mtp_head is not None:
         try:
-            return check_gguf_path(str(mtp_head))
+            return check_gguf_path(mtp_head, what="MTP head file")
         except PymtpError as e:
-            raise InvalidArgumentError(f"MTP head: {str(e).replace('model file', 'file')}") from e
+            raise InvalidArgumentError(str(e)) from e
     side = sidecar_head(model)
     return side if side is not None else shipped_head_for(model)
 
 
 def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: str = options.DEFAULT_MTP,
-                mtp_head: str | Path | None = None, n_draft: int | str = options.DEFAULT_N_DRAFT,
+                mtp_head: str | Path | None = None,
+                n_draft: options.DraftLength | int | str = options.DEFAULT_N_DRAFT,
                 draft: str = options.DEFAULT_DRAFT, ctx: int = 4096, parallel: int = 1, ngl: int = 0,
                 threads: int | None = None, heads: str = options.DEFAULT_HEADS, rpc: str | None = None,
                 n_predict: int | None = None, max_tokens_limit: int | None = None,
@@ -77,8 +78,8 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
     if heads not in options.HEAD_POLICIES:
         raise InvalidArgumentError(f"--heads must be one of {', '.join(options.HEAD_POLICIES)}, got {heads!r}")
     try:
-        n_draft = options.parse_n_draft(n_draft)
-    except ValueError as e:
+        n_draft = options.DraftLength.parse(n_draft)
+    except InvalidArgumentError as e:
         raise InvalidArgumentError(f"--n-draft: {e}") from None
     if not 0 < port < 65536:
         raise InvalidArgumentError(f"--port must be in 1..65535 (got {port})")
@@ -124,9 +125,8 @@ def plan_launch(model: Path, *, host: str = "127.0.0.1", port: int = 8080, mtp: 
             notes.append(f"MTP off: {model.name} has no MTP layers and no head "
                          f"({model.stem}.mtp.gguf) next to it")
     if use_mtp:
-        adaptive = n_draft == options.N_DRAFT_AUTO
-        argv += ["--mtp", "--mtp-n-draft", str(options.draft_cap(n_draft)), "--mtp-draft", draft,
-                 "--mtp-adaptive", "on" if adaptive else "off", "--mtp-heads", heads]
+        argv += ["--mtp", "--mtp-n-draft", str(n_draft.cap), "--mtp-draft", draft,
+                 "--mtp-adaptive", "on" if n_draft.adaptive else "off", "--mtp-heads", heads]
         if head is not None:
             argv += ["--mtp-head", str(head)]
     argv += list(extra or [])
