@@ -19,6 +19,7 @@
 
 #include "mtp-adaptive-step.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -47,8 +48,8 @@ struct planner {
     static constexpr int32_t BLK_STEPS       = 3;    // a block's realized time counts from this many steady steps
     static constexpr double  BLK_KEEP        = 0.7;  // realized costs per length: ~3 recent blocks
     static constexpr int32_t NEIGHBOUR_EVERY = 8;    // every this many blocks one tries a neighbour (k+1, k-1, plain)
-    static constexpr double  NEIGHBOUR_POW   = 8.0;  // a measured neighbour behind by a gap g: every g^this as often
-    static constexpr double  NEIGHBOUR_RARE  = 16.0; //   and at most this many times as rarely
+    static constexpr double  NEIGHBOUR_POW   = 8.0;  // a measured neighbour behind by a gap g: g^this times as rarely,
+    static constexpr double  NEIGHBOUR_RARE  = 16.0; //   at most this many times
     static constexpr double  OPTIMISM = 0.85; // the first probe's length: the best if each draft accepted this often
 
     // ---- the current step ----
@@ -135,7 +136,7 @@ struct planner {
     // what the supervisor rules for a new block
     struct block_rules {
         bool woke     = false; // just woken, the MTP KV rebuilt a little: where plain leads, probe drafting
-        bool ends     = false; // the block ended early as it lost: the next one pays no change of size back to it
+        bool ends     = false; // the block ended early as it lost: a change of size is charged to it, not to plain
         bool hopeless = false; // no drafting can pay at this load: no drafting probe
         bool first    = false; // the start rules hold and nothing is drafted yet: a first probe (first_probe)
     };

@@ -9,6 +9,7 @@
 
 #include "mtp-adaptive-step.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace mtp {
