@@ -1,4 +1,4 @@
-// pymtp: the adaptive draft controller (native/engine/mtp-adaptive.cpp, the real one, linked in) driven
+// pymtp: the adaptive draft controller (native/engine/mtp-adaptive*.cpp, the real one, linked in) driven
 // through a simulated machine, step by step in the order llama_mtp_step calls it, next to every fixed
 // draft length on the same machine. Time is simulated, so a run is exact and repeatable: it shows what
 // the controller chooses where measuring on the device is slow and noisy (an H100 27B run costs minutes
@@ -114,7 +114,7 @@ struct machine {
     int32_t             load        = 1;
     int32_t             cutoff      = 1; // 0: the controller's cutoff off (PYMTP_ADAPTIVE_NO_CUTOFF=1)
     // load > 1: the controller is told that the context splits uneven batches (a KV stream per sequence,
-    // llama-server without --kv-unified; mtp-adaptive.h, split_floor), as the engine tells it. 0: as
+    // llama-server without --kv-unified; mtp-adaptive-cost.h, split_floor), as the engine tells it. 0: as
     // PYMTP_ADAPTIVE_ALONE=1 (V(n) holds what the split costs either way)
     int32_t             splits      = 1;
     // > 0: the draft decode's cost as the other slots timed it (llama_mtp_share_costs), known from the start

@@ -6,9 +6,9 @@ key=value settings; prints its JSON, or a table with --table.
     python bench/controller_sim/run.py switch_ms=0 v=1,1.45,1.5,1.6 --table
     python bench/controller_sim/run.py prompt=128 new_size_ms=6 trace=/tmp/sim.tsv --table   # as the H100 traced it
 
-The real controller (native/engine/mtp-adaptive.cpp) is compiled in; only the machine is simulated,
-so a change to the controller can be tried on the shapes that the device measured, in seconds and
-without its noise. Speed claims still come from `pymtp bench` on the device."""
+The real controller (native/engine/mtp-adaptive*.cpp, CONTROLLER_SOURCES) is compiled in; only the machine
+is simulated, so a change to the controller can be tried on the shapes that the device measured, in seconds
+and without its noise. Speed claims still come from `pymtp bench` on the device."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+# the adaptive controller's sources (native/engine/mtp-adaptive.h lists its parts; native/CMakeLists.txt builds them)
+CONTROLLER_SOURCES = ("mtp-adaptive.cpp", "mtp-adaptive-cost.cpp", "mtp-adaptive-acceptance.cpp",
+                      "mtp-adaptive-planner.cpp", "mtp-adaptive-supervisor.cpp")
 
 # Machines as measured (docs/adaptive.md, "Diagnosing it", lists each source): the H100 with the qwen35 27B
 # shape (V(n) of the target's
@@ -134,7 +137,7 @@ def build(out_dir: Path | None = None) -> Path:
     exe = out_dir / "controller_sim"
     cmd = [cxx, "-O2", "-std=c++17", f"-I{REPO / 'native' / 'engine'}", f"-I{REPO / 'native' / 'include'}",
            f"-I{llama / 'include'}", f"-I{llama / 'ggml' / 'include'}", str(HERE / "controller_sim.cpp"),
-           str(REPO / "native" / "engine" / "mtp-adaptive.cpp"), "-o", str(exe)]
+           *(str(REPO / "native" / "engine" / src) for src in CONTROLLER_SOURCES), "-o", str(exe)]
     subprocess.run(cmd, check=True)
     return exe
 

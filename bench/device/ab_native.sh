@@ -12,7 +12,7 @@
 #   Call 1 (the build installs side B), carry [".dev/callb", ".dev/smol/smolxz.part0"]:
 #     mkdir -p .dev && rm -rf .dev/call1 && mv .dev/callb .dev/call1 && STEP=build bash bench/device/run_adaptive.sh
 #   Call 2, carry [".dev/smol/smolxz.part1", ".dev/smol/smol.sha256", ".dev/ab/A"]:
-#     AB_FILES="native/engine/mtp-adaptive.cpp native/engine/mtp-adaptive.h" AB_ORDER="B A B A" \
+#     AB_FILES="$(ls native/engine/mtp-adaptive*.{h,cpp})" AB_ORDER="B A B A" \
 #       AB_AVO="--ngl 99 --limit 80 --passes 1 -n 192" AB_TRACE=1 bash bench/device/ab_native.sh
 # Later calls on the same warm machine start from the side installed last (/tmp/ab-installed).
 #

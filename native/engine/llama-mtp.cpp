@@ -70,16 +70,17 @@ llama_mtp * llama_mtp_init(llama_context * ctx_tgt, llama_context * ctx_mtp, lla
         llama_set_nextn_layer_offset(ctx_mtp, 0);
         m->init_parallel();
     }
-    // A/B runs (mtp-adaptive.h, cutoff): untimed drafting blocks run their length, probes run where nothing can pay
+    // A/B runs (mtp-adaptive-supervisor.h, cutoff): untimed drafting blocks run their length, probes run where nothing
+    // can pay
     if (const char * env = std::getenv("PYMTP_ADAPTIVE_NO_CUTOFF"); env != nullptr && std::strcmp(env, "1") == 0) {
         m->ctrl.cutoff = false;
     }
     // a verify among other sequences' rows runs as a second decode where the context splits uneven batches
-    // (mtp-adaptive.h, split_floor); PYMTP_ADAPTIVE_ALONE=1: the controller neither knows that nor shares the
+    // (mtp-adaptive-cost.h, split_floor); PYMTP_ADAPTIVE_ALONE=1: the controller neither knows that nor shares the
     // draft cost with the slots beside it (llama_mtp_share_costs), as before (A/B runs)
     m->ctrl.splits = !mtp::adaptive_alone() && mtp::splits_uneven_batches(ctx_tgt);
     if (const char * env = std::getenv("PYMTP_ADAPTIVE_START"); env != nullptr && std::strcmp(env, "0") == 0) {
-        m->ctrl.start_rules = false; // A/B runs: the controller's start without its rules (mtp-adaptive.h)
+        m->ctrl.start_rules = false; // A/B runs: the controller's start without its rules (mtp-adaptive-supervisor.h)
     }
     // diagnosis (mtp-adaptive.h, trace_step): every engine of the process, MTP on or off, adaptive or a fixed length,
     // appends its steps to the one file; NULL: not traced
@@ -126,7 +127,7 @@ int32_t llama_mtp_prefill(llama_mtp * m, const llama_token * toks, int32_t n) {
         return LLAMA_MTP_ERR_CTX_FULL;
     }
     const auto t0 = mtp::clock_type::now();
-    m->ctrl.began(); // a generation starts: its first steps carry its start (mtp-adaptive.h, GEN_COLD)
+    m->ctrl.began(); // a generation starts: its first steps carry its start (mtp-adaptive-supervisor.h, GEN_COLD)
 
     // longest common prefix with the KV; at least the last token is decoded again
     int32_t c = 0;

@@ -16,7 +16,8 @@
 //                      loop's target rows are sampled
 //   mtp-dist.cpp       distributions of a sampler chain (p, q) and the residual draw
 //   mtp-names.cpp      the one vocabulary of options (draft modes, head policies, limits, "auto")
-//   mtp-adaptive.cpp   the adaptive draft controller: how many tokens each step drafts (0..k_max)
+//   mtp-adaptive.cpp   the adaptive draft controller: how many tokens each step drafts (0..k_max); its parts
+//                      mtp-adaptive-{cost,acceptance,planner,supervisor}.cpp (mtp-adaptive.h lists them)
 
 #include "llama-mtp.h"
 #include "llama-mtp-testing.h"

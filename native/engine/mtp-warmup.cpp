@@ -78,10 +78,11 @@ int32_t llama_mtp::warm_decodes(llama_sampler * draft_chain, bool with_mtp) {
     return n_done;
 }
 
-// The adaptive controller's prior (mtp-adaptive.h, prime), right after the warm-up built and captured every size's
-// graphs: each target decode size once more as a repeat (what it costs warm), a lone draft row (D), and decodes that
-// change size (S: what one costs over its warm repeat). A fresh engine then plans its first steps with costs of this
-// machine, not with plain steps and probes that time them. (PYMTP_ADAPTIVE_START=0: not primed; mtp-adaptive.h.)
+// The adaptive controller's prior (mtp-adaptive-cost.h, prime), right after the warm-up built and captured every
+// size's graphs: each target decode size once more as a repeat (what it costs warm), a lone draft row (D), and decodes
+// that change size (S: what one costs over its warm repeat). A fresh engine then plans its first steps with costs of
+// this machine, not with plain steps and probes that time them. (PYMTP_ADAPTIVE_START=0: not primed;
+// mtp-adaptive-supervisor.h, start_rules.)
 void llama_mtp::time_warm_sizes() {
     if (!ctrl.start_rules) {
         return;

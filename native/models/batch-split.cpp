@@ -1,5 +1,5 @@
 // pymtp: whether libllama splits a batch whose sequences hold different numbers of rows, for the adaptive
-// controller (mtp-adaptive.h, `splits`): the engine uses the public API only, and this needs the context's
+// controller (mtp-adaptive-cost.h, `splits`): the engine uses the public API only, and this needs the context's
 // parameters (upstream src/llama-context.h).
 
 #include "llama-context.h"

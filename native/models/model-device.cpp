@@ -1,4 +1,4 @@
-// pymtp: where a model's decodes run, for the adaptive controller (mtp-adaptive.h, `graphs`): the engine
+// pymtp: where a model's decodes run, for the adaptive controller (mtp-adaptive-cost.h, `graphs`): the engine
 // uses the public API only, and this needs the model's internals (upstream src/llama-model.h).
 
 #include "llama-model.h"

@@ -1,4 +1,4 @@
-"""The adaptive controller (native/engine/mtp-adaptive.cpp, compiled as is) on simulated machines
+"""The adaptive controller (native/engine/mtp-adaptive*.cpp, compiled as is) on simulated machines
 (bench/controller_sim): exact, repeatable time, so what it chooses on the shapes the H100 measured is
 checked here without a GPU. Fixed draft lengths run on the same simulated machine side by side."""
 
