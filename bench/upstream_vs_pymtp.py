@@ -385,11 +385,11 @@ def main() -> int:
     argvs = {c.name: server_argv(c, upstream, pymtp_bin, common, synth) for c in configs}
     envs = {c.name: c.env for c in configs}
 
-    def long_text(n_tokens: int) -> str:  # the prompts themselves, repeated (~0.75 words per token)
-        text = ""
-        while len(text.split()) < 0.75 * n_tokens:
-            text += " ".join(prompts) + "\n"
-        return text
+    def long_text(n_tokens: int) -> str:  # the prompts themselves, repeated, cut at ~0.75 words per token
+        words: list[str] = []
+        while len(words) < 0.75 * n_tokens:
+            words += " ".join(prompts).split()
+        return " ".join(words[:int(0.75 * n_tokens)]) + "\n"
     long_prompt = long_text(args.prefill_tokens) if args.prefill_tokens else ""
     e2e_prompts = ([long_text(args.e2e_tokens) + "\nAnswer the last question above.\n" + p for p in prompts[:4]]
                    if args.e2e_tokens else [])
