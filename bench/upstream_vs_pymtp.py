@@ -162,35 +162,27 @@ def parse_config(spec: str, default_k: int) -> Config:
     return c
 
 
-PYMTP_DEFAULT_MAX = 7  # the adaptive controller's default cap (llama_mtp_adaptive_default_max)
-
-
-def upstream_rates(synth: list[str], k: int) -> list[str]:
-    """Upstream's --spec-synth-rates takes exactly k rates (one per draft position): the first k of ours."""
+def rates_for(synth: list[str], n: int, pad: bool) -> list[str]:
+    """One synthetic rate per draft position up to n, as both servers require: the first n of ours; past them
+    0 where `pad` (a position past the given rates never accepts: pymtp's adaptive cap), else a clear exit
+    (upstream at a k longer than the rates given)."""
     if not synth:
         return []
     rates = synth[1].split(",")
-    if len(rates) < k:
-        sys.exit(f"--synthetic-rates has {len(rates)} rates; upstream at k={k} needs one per draft position")
-    return [synth[0], ",".join(rates[:k])]
-
-
-def pymtp_rates(synth: list[str], k_max: int) -> list[str]:
-    """pymtp's server also takes one rate per position up to its largest draft: ours, then 0 (a position
-    past the given rates never accepts, so the adaptive default is measured at the field's rates too)."""
-    if not synth:
-        return []
-    rates = synth[1].split(",")
-    return [synth[0], ",".join((rates + ["0"] * k_max)[:k_max])]
+    if len(rates) < n and not pad:
+        sys.exit(f"--synthetic-rates has {len(rates)} rates; upstream at k={n} needs one per draft position")
+    return [synth[0], ",".join((rates + ["0"] * n)[:n])]
 
 
 def server_argv(c: Config, upstream: Path, pymtp_bin: Path, common: list[str], synth: list[str]) -> list[str]:
+    from pymtp import options
+
     if c.upstream_binary:
         argv = [str(upstream), *common]
         if c.backend_sampling is not False:
             argv.append("--backend-sampling")
         if c.kind == "upstream":
-            argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(c.k), *upstream_rates(synth, c.k)]
+            argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(c.k), *rates_for(synth, c.k, pad=False)]
     else:
         argv = [str(pymtp_bin), *common]
         if c.backend_sampling:
@@ -201,7 +193,7 @@ def server_argv(c: Config, upstream: Path, pymtp_bin: Path, common: list[str], s
                 argv += ["--mtp-adaptive", "off", "--mtp-n-draft", str(c.k)]
             elif c.cap is not None:
                 argv += ["--mtp-n-draft", str(c.cap)]
-            argv += pymtp_rates(synth, c.k or c.cap or PYMTP_DEFAULT_MAX)
+            argv += rates_for(synth, c.k or c.cap or options.ADAPTIVE_MAX_DRAFT, pad=True)
     return argv + c.extra
 
 
