@@ -1,5 +1,5 @@
 # Which op first computes a token's row differently in a one-token decode than in a 2-token decode? (the search
-# behind patch 0031; bench/device/batch_invariance.py says whether they differ at all)
+# behind patch 0030; bench/device/batch_invariance.py says whether they differ at all)
 #
 #     cd /tmp && LD_PRELOAD=<the system libstdc++> python3 $REPO/bench/device/first_diverging_op.py MODEL.gguf [N]
 #
@@ -12,7 +12,7 @@
 #     ... first_diverging_op.py MODEL.gguf --prefill
 #
 # instead compares a 96-token prefill's nodes as MTP off decodes it (the last row's logits only) with MTP on's target
-# (every row's hidden state kept, patch 0032's two tails of the last layer), node by node where the shapes match.
+# (every row's hidden state kept, patch 0031's two tails of the last layer), node by node where the shapes match.
 import ctypes as C
 import sys
 
@@ -28,7 +28,7 @@ CB = C.CFUNCTYPE(C.c_bool, C.c_void_p, C.c_bool, C.c_void_p)
 
 class Recorder:
     """An eval callback that copies every contiguous F32 node of a decode to the host, by name, in graph order (a
-    node of the same name may run twice: patch 0032's two tails)"""
+    node of the same name may run twice: patch 0031's two tails)"""
 
     def __init__(self):
         self.dll = load()   # the ggml functions, through libllama's dependencies

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The verify batch's mat-vec fusions (patch 0030) on the built-in model, one build, the sides set apart by
+# The verify batch's mat-vec fusions (patch 0029) on the built-in model, one build, the sides set apart by
 # GGML_CUDA_MMVQ_FUSE_MAX_COLS (A: 1, upstream's one column; B: as built, up to 8):
 #   1. the logits of decodes of 1..8 tokens under each side, compared (bench/device/compare_logits.py);
 #   2. the target's decode times per size under each side (step_cost.py), and Nsight Compute's kernel

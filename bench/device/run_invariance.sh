@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Batch-invariant small decodes on CUDA (patch 0031): does each row of a 2..8-token decode round exactly like a
+# Batch-invariant small decodes on CUDA (patch 0030): does each row of a 2..8-token decode round exactly like a
 # one-token decode (MTP on's verify against MTP off's step), and what does it cost? One build; side A is
 # GGML_CUDA_ROWS_INVARIANT=1 (upstream's attention and F16/F32 mat-vec choices), side B as built. Run after STEP=build of
 # run_adaptive.sh on the same warm machine (PART=smol also after the calls that store the built-in model's parts).
@@ -10,9 +10,9 @@
 #              with BENCH_A=1; the built-in model's greedy chat identity test and tests/engine/test_prefill_alignment.py on
 #              the GPU (gpu_tests.sh); auto_vs_off with the sides alternating (ab_native.sh, AB=1)
 #              -> $OUT/invariance-smol.txt, bench-t0-B.txt (bench-t0-A.txt), gpu-tests*.txt, t0/ab-summary.txt
-#   PART=prefill  where a prefill's last row differs with every row's hidden state kept (patch 0032 on tiny qwen3 and
+#   PART=prefill  where a prefill's last row differs with every row's hidden state kept (patch 0031 on tiny qwen3 and
 #              gemma3): batch_invariance.py's prefill check on the four tiny archs as built, side A (upstream's
-#              choices: patches 0031 and 0033 left out), with ggml-cuda's fusions off and with CUDA graphs off; first_diverging_op.py --prefill on tiny qwen3 and gemma3; the prefill
+#              choices: patches 0030 and 0032 left out), with ggml-cuda's fusions off and with CUDA graphs off; first_diverging_op.py --prefill on tiny qwen3 and gemma3; the prefill
 #              tests on the GPU -> $OUT/invariance-prefill.txt, gpu-tests*.txt
 # Knobs: LIMIT (16), NPRED (192), ORDER ("B A A B").
 set -uo pipefail
@@ -75,7 +75,7 @@ smol)
         (cd /tmp && env $e pymtp bench "${args[@]}" > "$OUT/bench-t0-$side.txt" 2>&1)
         echo "== pymtp bench T=0, side $side"; tail -n 14 "$OUT/bench-t0-$side.txt"
     done
-    # greedy chats MTP on == off on the built-in model, on the GPU (tests/engine/test_real_model_lossless.py), and patch 0032's
+    # greedy chats MTP on == off on the built-in model, on the GPU (tests/engine/test_real_model_lossless.py), and patch 0031's
     # prefill check (tests/engine/test_prefill_alignment.py); gpu_tests.sh writes $OUT/gpu-tests*.txt
     TESTS="tests/engine/test_real_model_lossless.py::test_greedy_chat_identical_on_the_quantized_built_in_model
         tests/engine/test_prefill_alignment.py" TEST_TIMEOUT=240 SKIP_SYNC=1 bash bench/device/gpu_tests.sh > /dev/null 2>&1

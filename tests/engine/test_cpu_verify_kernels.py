@@ -15,6 +15,7 @@ from pymtp._native import lib as native
 QK_K = 256
 # (weight type, activation type, block elements, weight block bytes, activation block bytes)
 TYPES = {
+    "q8_0": ("q8_0", 32, 34, 34),
     "q4_1": ("q8_1", 32, 20, 36),
     "q4_K": ("q8_K", QK_K, 144, 292),
     "q5_K": ("q8_K", QK_K, 176, 292),
@@ -42,7 +43,9 @@ def weight_blocks(name: str, rng, nb: int) -> np.ndarray:
     """nb random blocks: random quants and scale bytes, finite small fp16 super-block scales."""
     _, _, wb, _ = TYPES[name]
     b = rng.integers(0, 256, (nb, wb), dtype=np.uint8)
-    if name == "q4_1":
+    if name == "q8_0":  # d (fp16), int8 qs[32]
+        b[:, 0:2] = f16(rng, (nb,), 0.001, 0.02)
+    elif name == "q4_1":
         b[:, 0:2] = f16(rng, (nb,), 0.001, 0.02)      # d
         b[:, 2:4] = f16(rng, (nb,), -0.1, 0.1)        # m
     elif name in ("q4_K", "q5_K"):
@@ -56,7 +59,9 @@ def weight_blocks(name: str, rng, nb: int) -> np.ndarray:
 def act_blocks(name: str, rng, nb: int) -> np.ndarray:
     at, _, _, ab = TYPES[name]
     b = rng.integers(-127, 128, (nb, ab), dtype=np.int8).view(np.uint8)
-    if at == "q8_1":
+    if at == "q8_0":
+        b[:, 0:2] = f16(rng, (nb,), 0.001, 0.05)      # d
+    elif at == "q8_1":
         b[:, 0:2] = f16(rng, (nb,), 0.001, 0.05)      # d
         b[:, 2:4] = f16(rng, (nb,), -4.0, 4.0)        # s
     else:  # q8_K: float d, int8 qs[256], int16 bsums[16]

@@ -78,7 +78,7 @@ def test_prefill_with_reuse_gives_bitwise_equal_logits(arch, tiny_model_path):
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2", "qwen3"])
 def test_a_prompts_output_row_takes_the_plain_last_layer_and_every_hidden_state_is_kept(arch, tmp_path):
-    """Patch 0032: a dense target that keeps every row's hidden state (MTP on's) and wants one row's logits (a
+    """Patch 0031: a dense target that keeps every row's hidden state (MTP on's) and wants one row's logits (a
     prompt) runs its last layer's tail twice, on every row for the hidden states and on the output row alone for
     the logits. The output row's logits equal a plain context's, and every row's hidden state equals what a decode
     with every row an output (one tail) keeps. (On a GPU the first is what the patch is for: the FFN of a prompt-

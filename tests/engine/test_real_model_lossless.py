@@ -148,7 +148,7 @@ def test_verify_batch_rows_equal_one_by_one_decodes_through_the_k_quant_kernels(
     products) on a Q4_K_M model (patch 0019: before it, ggml-cpu's repacked Q4_K gemm from 4 rows and its
     tiled K-quant matmul from 8 rows rounded differently from the one-row kernels, and greedy MTP output
     diverged from MTP off). Repacked: the many-row Q4_K gemv over weight slices (patch 0019); in the GGUF
-    layout: the multi-column Q4_K dot product (patch 0036); the Q6_K matrices take the multi-column Q6_K
+    layout: the multi-column Q4_K dot product (patch 0035); the Q6_K matrices take the multi-column Q6_K
     dot product in both."""
     import gguf
 
@@ -185,11 +185,11 @@ def test_greedy_chat_identical_on_the_q4_k_m_model(built_in_q4_k_m, k):
 
 
 def test_verify_batch_rows_equal_one_by_one_decodes_on_the_built_in_q4_1_model():
-    """The built-in model itself (Q4_1 matrices through ggml's dot products, the Q8_0 output through
-    tinyBLAS): every row of a verify of 1 to 8 drafts rounds exactly like a one-token decode (tinyBLAS tiles
-    each size's columns differently: odd counts in tiles of 3 or 1 by patch 0028, even ones in tiles of 2;
-    the Q4_1 matrices take the multi-column dot product of patch 0036 from 2 rows). (A 1-ulp change in one
-    product of a 2-row batch fails it.)"""
+    """The built-in model itself (Q4_1 matrices, the Q8_0 output): every row of a verify of 1 to 16 drafts
+    rounds exactly like a one-token decode. A one-token decode runs ggml's dot products (vec_dot); a verify
+    batch of up to 32 rows runs them too, not tinyBLAS (patch 0036), each weight row against all columns at
+    once through the multi-column Q4_1 and Q8_0 dot products (patch 0035). (A 1-ulp change in one product of
+    a 2-row batch fails it.)"""
     import gguf
 
     from pymtp import default_model
