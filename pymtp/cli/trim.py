@@ -169,11 +169,7 @@ def run(args: argparse.Namespace) -> int:
     if args.counts is not None:
         counts = trim.load_counts(args.counts)
         source = f"counts from {args.counts}"
-        try:
-            with np.load(args.counts) as z:
-                held = np.asarray(z["val"], np.int64) if "val" in z else None
-        except (OSError, ValueError):
-            held = None
+        held = trim.load_held_out_counts(args.counts)
     else:
         from pymtp.graft.data import default_cache_dir
         from pymtp.graft.dataset import Dataset

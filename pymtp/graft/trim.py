@@ -185,6 +185,18 @@ def load_counts(path) -> np.ndarray:
         raise PymtpError(f"cannot read token counts from {path}: {e}") from e
 
 
+def load_held_out_counts(path) -> np.ndarray | None:
+    """The held-out counts ('val') of a `pymtp trim --save-counts` npz, or None (a .npy holds no held-out part)."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        return None
+    try:
+        with np.load(path) as z:
+            return np.asarray(z["val"], np.int64) if "val" in z else None
+    except (OSError, ValueError):
+        return None
+
+
 def cached_graft_data(base_sha256: str, cache_dir) -> Path | None:
     """The newest data set `pymtp graft` generated for this base, if one is cached."""
     root = Path(cache_dir)

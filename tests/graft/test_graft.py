@@ -567,6 +567,16 @@ def test_pymtp_trim_cli(grafted, tiny_llama, tmp_path, capsys):
     assert "draft vocab     32 tokens (pymtp trim)" in info
     assert "head accepts" in info                     # the trimmed head's own, from --check-prompts
     assert_head_drafts_losslessly(tiny_llama, out, n_draft=2)
+    # counts as a plain .npy (no held-out part): the same vocabulary
+    npy, out_npy = tmp_path / "counts.npy", tmp_path / "t-npy.gguf"
+    np.save(npy, np.bincount(np.asarray(ids), minlength=n_vocab))
+    assert main(["trim", str(tiny_llama), "--mtp-head", str(head), "-n", "32", "-o", str(out_npy),
+                 "--counts", str(npy), "--threads", "1"]) == 0
+    assert "draft vocabulary of 32 of" in capsys.readouterr().out
+    def d2t(path):
+        return next(t for t in gguf.GGUFReader(str(path)).tensors if t.name.endswith(".d2t")).data.tolist()
+
+    assert d2t(out_npy) == d2t(out)
     # bad input: a clear error, nothing written
     for argv, message in (
             (["-n", str(n_vocab)], "smaller than the vocabulary"),
