@@ -569,20 +569,23 @@ def wide_schema(n: int, required: int = 0) -> dict:
             "required": [f"p{i}" for i in range(required)]}
 
 
-@pytest.mark.parametrize("path, body", [
-    ("/v1/chat/completions/input_tokens", {"messages": CHAT[0], "json_schema": wide_schema(5000)}),
-    ("/v1/chat/completions", {"messages": CHAT[0], "max_tokens": 4, "response_format": {
-        "type": "json_schema", "json_schema": {"schema": wide_schema(5000, required=2)}}}),
-    ("/completion", {"prompt": "x", "n_predict": 4, "json_schema": wide_schema(5000)}),
+@pytest.mark.parametrize("path, body, statuses", [
+    ("/v1/chat/completions/input_tokens", {"messages": CHAT[0], "json_schema": wide_schema(5000)}, (200,)),
+    ("/completion", {"prompt": "x", "n_predict": 4, "json_schema": wide_schema(5000)}, (200,)),
+    ("/completion", {"prompt": "x", "n_predict": 4, "json_schema": wide_schema(5000, required=2)}, (200,)),
     ("/v1/messages", {"messages": anthropic_chat[0], "max_tokens": 4, "tools": [
-        {"name": "f", "input_schema": wide_schema(5000)}], "tool_choice": {"type": "any"}}),
+        {"name": "f", "input_schema": wide_schema(5000)}], "tool_choice": {"type": "any"}}, (200,)),
+    # the chat template's wrapping repeats the schema's rule: llama.cpp's grammar parser refuses it (a 400)
+    ("/v1/chat/completions", {"messages": CHAT[0], "max_tokens": 4, "response_format": {
+        "type": "json_schema", "json_schema": {"schema": wide_schema(5000, required=2)}}}, (200, 400)),
 ])
-def test_a_schema_of_many_optional_properties_is_quick(fuzzed, path, body):
+def test_a_schema_of_many_optional_properties_is_quick(fuzzed, path, body, statuses):
     """A 135 KB schema (within --max-grammar-bytes) of 5,000 optional properties: its grammar was cubic to
     build and held the server's HTTP thread for minutes."""
     t0 = time.monotonic()
     status, payload = check(fuzzed, path, body)
-    assert status == 200 and time.monotonic() - t0 < 15, (status, time.monotonic() - t0, str(payload)[:300])
+    took = time.monotonic() - t0
+    assert status in statuses and took < 15, (status, took, str(payload)[:300])
 
 
 def test_a_body_without_max_tokens_generates_at_most_the_limit(fuzzed):
