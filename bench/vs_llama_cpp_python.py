@@ -20,6 +20,9 @@ Configurations (--configs, comma-separated):
 
 The model is the built-in SmolLM2-135M-Instruct unless given (its shipped MTP head rides with pymtp's rows).
 Greedy (T=0) by default: the texts of every row are compared with lcp's and the JSON says where they differ.
+pymtp.Model's texts may differ from lcp's even with MTP off: llama-cpp-python 0.3.36 turns flash attention off by
+default (`flash_attn=False`) and pymtp's engine takes llama.cpp's default (auto: on on the CPU), so the two attend
+with different kernels; the dropin rows pass llama-cpp-python's setting on and match lcp's texts.
 """
 
 from __future__ import annotations
