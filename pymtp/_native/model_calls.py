@@ -18,6 +18,11 @@ from .llama import LLAMA_CONTEXT_TYPE_DEFAULT, LLAMA_CONTEXT_TYPE_MTP, last_log_
 
 # --------------------------------------------------------------------------- models
 
+def draft_vocab_arch(arch: str) -> bool:
+    """Whether the MTP layers of models of this architecture can take a draft vocabulary (pymtp trim)."""
+    return bool(L.lib().llama_mtp_draft_vocab_arch(arch.encode()))
+
+
 def load_model(path: str | Path, *, vocab_only: bool = False, n_gpu_layers: int | None = None,
                load_mtp: bool | None = None, mtp_head: str | Path | None = None, repack: bool | None = None):
     """llama_model_load_from_file with these parameters (the rest llama.cpp's defaults); with mtp_head,

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     info = read_info(base)
     own = info.n_mtp_layers > 0       # the model's own MTP layers: write a draft-vocabulary file
     if own:
-        from pymtp._native import llama as native
+        from pymtp._native import model_calls
 
         if args.mtp_head is not None:
             raise InvalidArgumentError(f"--mtp-head: {base.name} has MTP layers of its own; pymtp trim writes "
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         if args.head_type is not None:
             raise InvalidArgumentError(f"--type: {base.name} has MTP layers of its own, stored in the model; "
                                        "pymtp trim writes only their draft vocabulary (leave --type out)")
-        if not native.lib().llama_mtp_draft_vocab_arch(info.architecture.encode()):
+        if not model_calls.draft_vocab_arch(info.architecture):
             raise PymtpError(f"{base.name}: the MTP layers of '{info.architecture}' models cannot take a draft "
                              "vocabulary (supported: qwen35, qwen35moe, glm4moe, step35)")
         head_path = None
