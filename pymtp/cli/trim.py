@@ -165,11 +165,9 @@ def run(args: argparse.Namespace) -> int:
     if args.draft_vocab >= n_vocab:
         raise InvalidArgumentError(f"-n must be smaller than the vocabulary ({n_vocab} tokens)")
 
-    held = None
     if args.counts is not None:
-        counts = trim.load_counts(args.counts)
+        counts, held = trim.load_counts(args.counts)
         source = f"counts from {args.counts}"
-        held = trim.load_held_out_counts(args.counts)
     else:
         from pymtp.graft.data import default_cache_dir
         from pymtp.graft.dataset import Dataset

@@ -173,28 +173,17 @@ def draft_vocab_file(base, ids: np.ndarray, out, *, extra_provenance: dict | Non
         provenance={"base_file": base.name, "draft_vocab": int(len(ids)), **(extra_provenance or {})})
 
 
-def load_counts(path) -> np.ndarray:
-    """Token counts saved by `pymtp trim --save-counts` (npz with 'train', or .npy)."""
+def load_counts(path) -> tuple[np.ndarray, np.ndarray | None]:
+    """Token counts saved by `pymtp trim --save-counts`: (train, held-out or None) from an npz with 'train' (and
+    'val'), or (counts, None) from a .npy."""
     path = Path(path)
     try:
         if path.suffix == ".npz":
             with np.load(path) as z:
-                return np.asarray(z["train"], np.int64)
-        return np.asarray(np.load(path), np.int64)
+                return np.asarray(z["train"], np.int64), (np.asarray(z["val"], np.int64) if "val" in z else None)
+        return np.asarray(np.load(path), np.int64), None
     except (OSError, KeyError, ValueError) as e:
         raise PymtpError(f"cannot read token counts from {path}: {e}") from e
-
-
-def load_held_out_counts(path) -> np.ndarray | None:
-    """The held-out counts ('val') of a `pymtp trim --save-counts` npz, or None (a .npy holds no held-out part)."""
-    path = Path(path)
-    if path.suffix != ".npz":
-        return None
-    try:
-        with np.load(path) as z:
-            return np.asarray(z["val"], np.int64) if "val" in z else None
-    except (OSError, ValueError):
-        return None
 
 
 def cached_graft_data(base_sha256: str, cache_dir) -> Path | None:
